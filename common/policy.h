@@ -1,0 +1,88 @@
+// The policy model: what a limit promises, how gateways spend it, and how it fails.
+// Policies live on the server side, in one YAML file shared by nodes and gateways
+// (see policy_file.h). A PolicySet is immutable once loaded and safe to share across threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/algorithm.h"
+#include "common/rate.h"
+
+namespace limiter {
+
+// The class of a limit decides what happens when its store is unreachable (DESIGN.md).
+enum class LimitClass : uint8_t { kSecurity, kContract, kBilling, kCapacity };
+std::string_view LimitClassName(LimitClass c);
+std::optional<LimitClass> ParseLimitClass(std::string_view name);
+
+// lease: gateways take batches of units and spend them locally (default, except security).
+// strict: one CHECK per request (security limits such as login; multi-limit atomic checks).
+enum class LeaseMode : uint8_t { kLease, kStrict };
+std::string_view LeaseModeName(LeaseMode m);
+
+// region: enforced by the region's cluster. global: one limit split across regions in
+// proportion to recent demand.
+enum class Scope : uint8_t { kRegion, kGlobal };
+std::string_view ScopeName(Scope s);
+
+struct LeaseSettings {
+  int64_t size = 0;       // units per lease; 0 = derived from the rate by the client
+  int64_t ttl_ms = 1000;  // unspent leased units lapse after this
+};
+
+// What a gateway does while the owner of a key misses its deadline. Which fields apply
+// depends on the class; the loader rejects fields that do not.
+struct Fallback {
+  // security: the strict local limit each gateway enforces; none means deny everything.
+  std::optional<Rate> local_rate;
+  // contract: a local bucket at the full L instead of L/N (N gateways): brief overshoot.
+  bool allow_overshoot = false;
+  // capacity: the local shedder. billing has no settings: it fails open and reconciles.
+  int64_t max_concurrency = 0;
+  int64_t max_queue = 0;
+  int64_t queue_timeout_ms = 10;
+};
+
+struct Policy {
+  std::string name;
+  Algorithm algorithm = Algorithm::kGcra;
+  Rate rate;
+  LimitClass limit_class = LimitClass::kContract;
+  std::string parent;      // empty: none
+  int parent_index = -1;   // index in PolicySet::policies(), or -1
+  std::vector<std::pair<std::string, int64_t>> costs;  // operation -> cost
+  LeaseMode mode = LeaseMode::kLease;
+  LeaseSettings lease;
+  Fallback fallback;
+  bool durable = false;  // persisted (RocksDB) when the node is built with it
+  Scope scope = Scope::kRegion;
+  int line = 0;  // 1-based line of its definition, for messages
+
+  // The cost of an operation; operations not listed cost 1.
+  int64_t CostOf(std::string_view operation) const;
+};
+
+class PolicySet {
+ public:
+  PolicySet() = default;
+  // Precondition: names unique, parent_index resolved and acyclic (the loader ensures it).
+  PolicySet(std::string source, std::vector<Policy> policies)
+      : source_(std::move(source)), policies_(std::move(policies)) {}
+
+  const std::string& source() const { return source_; }  // file name it came from
+  const std::vector<Policy>& policies() const { return policies_; }
+  const Policy* Find(std::string_view name) const;
+  // The policy followed by its ancestors, nearest first.
+  std::vector<const Policy*> Chain(const Policy& policy) const;
+
+ private:
+  std::string source_;
+  std::vector<Policy> policies_;
+};
+
+}  // namespace limiter

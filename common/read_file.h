@@ -1,0 +1,13 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace limiter {
+
+// The whole file, or "PATH: cannot open the WHAT file".
+Result<std::string> ReadWholeFile(const std::string& path, std::string_view what);
+
+}  // namespace limiter

@@ -1,0 +1,347 @@
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "common/key_limiter.h"
+#include "test/unit/test_seed.h"
+
+namespace limiter {
+
+// Names the algorithm in gtest's messages instead of "1-byte object".
+void PrintTo(Algorithm a, std::ostream* os) { *os << AlgorithmName(a); }
+
+namespace {
+
+using testing::SeedTrace;
+using testing::TestSeed;
+
+bool IsBucket(Algorithm a) {
+  return a == Algorithm::kTokenBucket || a == Algorithm::kGcra || a == Algorithm::kLeakyBucket;
+}
+
+// The full allowance: what a fresh key admits at once.
+int64_t FullAllowance(Algorithm a, const Rate& rate) {
+  return IsBucket(a) ? rate.burst() : rate.limit();
+}
+
+// ----- hand-checked cases, one algorithm at a time -----
+
+TEST(FixedWindow, CountsFromZeroAndAdmitsTwiceTheLimitAcrossABoundary) {
+  const Rate rate(10, 1000, 10);
+  FixedWindow::State s;
+  int admitted = 0;
+  for (int i = 0; i < 15; ++i) admitted += FixedWindow::Decide(rate, s, 900 + i, 1).allowed;
+  EXPECT_EQ(admitted, 10);
+  for (int i = 0; i < 15; ++i) admitted += FixedWindow::Decide(rate, s, 1000 + i, 1).allowed;
+  EXPECT_EQ(admitted, 20);  // 20 within 115 ms: the fixed window's known weakness
+  const Decision d = FixedWindow::Decide(rate, s, 1500, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 500);
+  EXPECT_EQ(d.reset_after_ms, 500);
+  EXPECT_EQ(d.remaining, 0);
+}
+
+TEST(FixedWindow, WeighsCostAndNeverAdmitsMoreThanTheLimitAtOnce) {
+  const Rate rate(10, 1000, 10);
+  FixedWindow::State s;
+  EXPECT_TRUE(FixedWindow::Decide(rate, s, 0, 7).allowed);
+  Decision d = FixedWindow::Decide(rate, s, 1, 4);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 3);
+  EXPECT_EQ(d.retry_after_ms, 999);
+  d = FixedWindow::Decide(rate, s, 2, 11);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, kNever);
+}
+
+TEST(SlidingLog, ForgetsEntriesExactlyOneWindowLater) {
+  const Rate rate(3, 100, 3);
+  SlidingLog::State s;
+  EXPECT_TRUE(SlidingLog::Decide(rate, s, 0, 1).allowed);
+  EXPECT_TRUE(SlidingLog::Decide(rate, s, 10, 2).allowed);
+  Decision d = SlidingLog::Decide(rate, s, 50, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 50);  // the entry at 0 leaves the window (t-100, t] at t = 100
+  EXPECT_EQ(d.reset_after_ms, 60);
+  EXPECT_FALSE(SlidingLog::Decide(rate, s, 99, 1).allowed);
+  EXPECT_TRUE(SlidingLog::Decide(rate, s, 100, 1).allowed);
+  d = SlidingLog::Decide(rate, s, 100, 3);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 100);  // needs the entries at 10 and 100 gone
+}
+
+TEST(SlidingWindow, WeighsThePreviousWindowByItsOverlap) {
+  const Rate rate(10, 1000, 10);
+  SlidingWindow::State s;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(SlidingWindow::Decide(rate, s, 900 + i, 1).allowed);
+  // At 1250 the previous window weighs 10 * 750/1000 = 7.5: three more fit (7.5 + 2 < 10).
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(SlidingWindow::Decide(rate, s, 1250, 1).allowed);
+  const Decision d = SlidingWindow::Decide(rate, s, 1250, 1);
+  EXPECT_FALSE(d.allowed);
+  // 10*(1000-e) + 3*1000 < 10000 first holds at e = 301, 51 ms later.
+  EXPECT_EQ(d.retry_after_ms, 51);
+  EXPECT_EQ(d.remaining, 0);
+  EXPECT_EQ(d.reset_after_ms, 1750);
+}
+
+TEST(SlidingWindow, IgnoresAPreviousWindowThatIsNotTheOneJustBefore) {
+  const Rate rate(10, 1000, 10);
+  SlidingWindow::State s;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(SlidingWindow::Decide(rate, s, 500, 1).allowed);
+  int admitted = 0;
+  for (int i = 0; i < 12; ++i) admitted += SlidingWindow::Decide(rate, s, 2000, 1).allowed;
+  EXPECT_EQ(admitted, 10);
+}
+
+TEST(TokenBucket, StartsFullAndRefillsContinuously) {
+  const Rate rate(10, 1000, 20);
+  TokenBucket::State s;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(TokenBucket::Decide(rate, s, 5000, 1).allowed);
+  Decision d = TokenBucket::Decide(rate, s, 5000, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 100);
+  EXPECT_EQ(d.reset_after_ms, 2000);
+  EXPECT_FALSE(TokenBucket::Decide(rate, s, 5099, 1).allowed);
+  EXPECT_TRUE(TokenBucket::Decide(rate, s, 5100, 1).allowed);
+  d = TokenBucket::Decide(rate, s, 5100, 21);
+  EXPECT_EQ(d.retry_after_ms, kNever);
+}
+
+TEST(Gcra, SpacesRequestsByTheEmissionInterval) {
+  const Rate rate(4, 1000, 1);  // T = 250 ms, no burst tolerance
+  Gcra::State s;
+  EXPECT_TRUE(Gcra::Decide(rate, s, 1000, 1).allowed);
+  Decision d = Gcra::Decide(rate, s, 1100, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 150);
+  EXPECT_TRUE(Gcra::Decide(rate, s, 1250, 1).allowed);
+  EXPECT_EQ(Gcra::Decide(rate, s, 1250, 2).retry_after_ms, kNever);
+}
+
+TEST(LeakyBucket, DrainsAtTheRate) {
+  const Rate rate(2, 1000, 3);
+  LeakyBucket::State s;
+  EXPECT_TRUE(LeakyBucket::Decide(rate, s, 0, 3).allowed);
+  Decision d = LeakyBucket::Decide(rate, s, 0, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after_ms, 500);
+  EXPECT_EQ(d.reset_after_ms, 1500);
+  EXPECT_TRUE(LeakyBucket::Decide(rate, s, 500, 1).allowed);
+}
+
+TEST(ExactArithmetic, SevenPerSecondIsExactOverALongRun) {
+  // W/L = 142.857... ms. After the burst, the k-th refilled unit is ready at ceil(k*1000/7).
+  const Rate rate(7, 1000, 7);
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kLeakyBucket}) {
+    SCOPED_TRACE(std::string(AlgorithmName(a)));
+    KeyLimiter limiter(a);
+    std::vector<int64_t> admitted_at;
+    for (int64_t t = 0; t <= 1'000'000; ++t) {
+      if (limiter.Decide(rate, t, 1).allowed) admitted_at.push_back(t);
+    }
+    ASSERT_EQ(admitted_at.size(), 7u + 7000u);  // burst + 7 per 1000 ms for 1000 s
+    for (int64_t k = 1; k <= 7000; ++k) {
+      ASSERT_EQ(admitted_at[static_cast<size_t>(6 + k)], (k * 1000 + 6) / 7) << "k=" << k;
+    }
+  }
+  for (Algorithm a : {Algorithm::kFixedWindow, Algorithm::kSlidingLog}) {
+    KeyLimiter limiter(a);
+    int admitted = 0;
+    for (int64_t t = 0; t < 100'000; ++t) admitted += limiter.Decide(rate, t, 1).allowed;
+    EXPECT_EQ(admitted, 700) << AlgorithmName(a);
+  }
+}
+
+TEST(ExactArithmetic, WindowsOfADay) {
+  const int64_t day = 86'400'000;
+  const Rate rate(7, day, 7);  // one unit per 12,342,857.14... ms
+  for (Algorithm a : {Algorithm::kTokenBucket, Algorithm::kGcra, Algorithm::kLeakyBucket}) {
+    SCOPED_TRACE(std::string(AlgorithmName(a)));
+    KeyLimiter limiter(a);
+    const int64_t start = 3 * day + 17;
+    for (int i = 0; i < 7; ++i) ASSERT_TRUE(limiter.Decide(rate, start, 1).allowed);
+    Decision d = limiter.Decide(rate, start, 1);
+    ASSERT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after_ms, 12'342'858);
+    EXPECT_EQ(d.reset_after_ms, day);
+    d = limiter.Decide(rate, start, 3);
+    EXPECT_EQ(d.retry_after_ms, 37'028'572);  // ceil(3 * 86,400,000 / 7)
+    EXPECT_FALSE(limiter.Decide(rate, start + 12'342'857, 1).allowed);
+    EXPECT_TRUE(limiter.Decide(rate, start + 12'342'858, 1).allowed);
+  }
+  KeyLimiter fixed(Algorithm::kFixedWindow);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(fixed.Decide(rate, day + 5, 1).allowed);
+  EXPECT_EQ(fixed.Decide(rate, day + 5, 1).retry_after_ms, day - 5);
+  KeyLimiter sliding(Algorithm::kSlidingWindow);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(sliding.Decide(rate, day + 5, 1).allowed);
+  // Next day: 7*(W-e) + 0 < 7W for any e >= 1.
+  EXPECT_EQ(sliding.Decide(rate, day + 5, 1).retry_after_ms, day - 5 + 1);
+}
+
+// ----- properties over random traces -----
+
+struct Request {
+  int64_t t;
+  int64_t cost;
+};
+
+struct RandomCase {
+  Rate rate;
+  std::vector<Request> requests;
+};
+
+RandomCase MakeCase(std::mt19937_64& rng) {
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int64_t limit = uniform(1, 25);
+  const int64_t windows[] = {1, 7, 100, 1000, 1001, 60'000, 86'400'000};
+  const int64_t window = windows[uniform(0, 6)];
+  const int64_t burst = uniform(1, 3 * limit);
+  RandomCase c{Rate(limit, window, burst), {}};
+  int64_t t = uniform(0, 3 * window);
+  const int n = static_cast<int>(uniform(50, 600));
+  for (int i = 0; i < n; ++i) {
+    switch (uniform(0, 3)) {  // bursts, steady, long gaps
+      case 0: break;
+      case 1: t += uniform(0, std::max<int64_t>(1, window / limit)); break;
+      case 2: t += uniform(0, window / 3 + 1); break;
+      default: t += uniform(0, 3 * window); break;
+    }
+    const int64_t cost = uniform(0, 9) == 0 ? uniform(1, burst + 3) : 1;
+    c.requests.push_back({t, cost});
+  }
+  return c;
+}
+
+class Properties : public ::testing::TestWithParam<Algorithm> {};
+
+// remaining, retry_after and reset_after mean exactly what they say, checked on copies of
+// the state so the run itself is not disturbed.
+TEST_P(Properties, RemainingRetryAfterAndResetAreExact) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const Algorithm a = GetParam();
+  for (int round = 0; round < 200; ++round) {
+    const RandomCase c = MakeCase(rng);
+    KeyLimiter limiter(a);
+    for (const Request& r : c.requests) {
+      const Decision d = limiter.Decide(c.rate, r.t, r.cost);
+      if (!d.allowed) {
+        ASSERT_GE(d.retry_after_ms, 1);
+        if (d.retry_after_ms == kNever) {
+          ASSERT_GT(r.cost, FullAllowance(a, c.rate));
+        } else {
+          KeyLimiter later = limiter;
+          ASSERT_TRUE(later.Decide(c.rate, r.t + d.retry_after_ms, r.cost).allowed)
+              << "retry_after " << d.retry_after_ms << " at t=" << r.t << " cost=" << r.cost;
+          KeyLimiter earlier = limiter;
+          ASSERT_FALSE(earlier.Decide(c.rate, r.t + d.retry_after_ms - 1, r.cost).allowed)
+              << "retry_after " << d.retry_after_ms << " is not the earliest, t=" << r.t;
+        }
+      } else {
+        ASSERT_EQ(d.retry_after_ms, 0);
+      }
+      if (d.remaining > 0) {
+        KeyLimiter now = limiter;
+        ASSERT_TRUE(now.Decide(c.rate, r.t, d.remaining).allowed) << "t=" << r.t;
+      }
+      KeyLimiter over = limiter;
+      ASSERT_FALSE(over.Decide(c.rate, r.t, d.remaining + 1).allowed)
+          << "remaining " << d.remaining << " at t=" << r.t;
+      KeyLimiter reset = limiter;
+      ASSERT_TRUE(reset.Decide(c.rate, r.t + d.reset_after_ms, FullAllowance(a, c.rate)).allowed)
+          << "reset_after " << d.reset_after_ms << " at t=" << r.t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, Properties, ::testing::ValuesIn(kAllAlgorithms),
+                         [](const auto& info) { return std::string(AlgorithmName(info.param)); });
+
+TEST(PropertiesOfPromises, SlidingLogNeverExceedsTheLimitInAnyWindow) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    const RandomCase c = MakeCase(rng);
+    SlidingLog::State s;
+    std::vector<Request> admitted;
+    for (const Request& r : c.requests) {
+      if (SlidingLog::Decide(c.rate, s, r.t, r.cost).allowed) admitted.push_back(r);
+    }
+    // Any window (t-W, t] that holds admissions can be slid to end at one of them.
+    for (size_t j = 0; j < admitted.size(); ++j) {
+      int64_t sum = 0;
+      for (size_t i = j + 1; i-- > 0 && admitted[i].t > admitted[j].t - c.rate.window_ms();) {
+        sum += admitted[i].cost;
+      }
+      ASSERT_LE(sum, c.rate.limit()) << "window ending at " << admitted[j].t;
+    }
+  }
+}
+
+TEST(PropertiesOfPromises, TokenBucketNeverExceedsBurstPlusRateTimesTime) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    const RandomCase c = MakeCase(rng);
+    TokenBucket::State s;
+    std::vector<Request> admitted;
+    for (const Request& r : c.requests) {
+      if (TokenBucket::Decide(c.rate, s, r.t, r.cost).allowed) admitted.push_back(r);
+    }
+    // For every interval [t_i, t_j]: admitted cost <= B + L*(t_j - t_i)/W, in integers.
+    for (size_t i = 0; i < admitted.size(); ++i) {
+      int64_t sum = 0;
+      for (size_t j = i; j < admitted.size(); ++j) {
+        sum += admitted[j].cost;
+        const int64_t span = admitted[j].t - admitted[i].t;
+        ASSERT_LE((sum - c.rate.burst()) * c.rate.window_ms(), c.rate.limit() * span)
+            << "interval [" << admitted[i].t << ", " << admitted[j].t << "]";
+      }
+    }
+  }
+}
+
+TEST(PropertiesOfPromises, GcraTokenBucketAndLeakyBucketDecideIdentically) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 500; ++round) {
+    const RandomCase c = MakeCase(rng);
+    TokenBucket::State tb;
+    Gcra::State gcra;
+    LeakyBucket::State leaky;
+    for (const Request& r : c.requests) {
+      const Decision a = TokenBucket::Decide(c.rate, tb, r.t, r.cost);
+      const Decision b = Gcra::Decide(c.rate, gcra, r.t, r.cost);
+      const Decision l = LeakyBucket::Decide(c.rate, leaky, r.t, r.cost);
+      ASSERT_EQ(a.allowed, b.allowed) << "t=" << r.t;
+      ASSERT_EQ(a.allowed, l.allowed) << "t=" << r.t;
+      ASSERT_EQ(a.remaining, b.remaining);
+      ASSERT_EQ(a.remaining, l.remaining);
+      ASSERT_EQ(a.retry_after_ms, b.retry_after_ms);
+      ASSERT_EQ(a.retry_after_ms, l.retry_after_ms);
+      ASSERT_EQ(a.reset_after_ms, b.reset_after_ms);
+      ASSERT_EQ(a.reset_after_ms, l.reset_after_ms);
+    }
+  }
+}
+
+TEST(Rate, RejectsNumbersThatCannotBeExact) {
+  EXPECT_TRUE(Rate::Invalid(0, 1000, 1));
+  EXPECT_TRUE(Rate::Invalid(-3, 1000, 1));
+  EXPECT_TRUE(Rate::Invalid(1, 0, 1));
+  EXPECT_TRUE(Rate::Invalid(1, 1000, 0));
+  EXPECT_TRUE(Rate::Invalid(int64_t{1} << 40, int64_t{1} << 30, 1));
+  EXPECT_TRUE(Rate::Invalid(1, Rate::kMaxWindowMs + 1, 1));
+  EXPECT_FALSE(Rate::Invalid(1'000'000, 86'400'000, 1'000'000));
+}
+
+}  // namespace
+}  // namespace limiter

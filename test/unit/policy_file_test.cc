@@ -1,0 +1,251 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/policy_file.h"
+
+namespace limiter {
+namespace {
+
+Result<PolicySet> Parse(const std::string& text) { return ParsePolicies(text, "policies.yaml"); }
+
+// The error for `text`, which must not load.
+std::string ErrorOf(const std::string& text) {
+  Result<PolicySet> r = Parse(text);
+  EXPECT_FALSE(r.ok()) << "loaded although it should not:\n" << text;
+  return r.ok() ? "" : r.error();
+}
+
+TEST(PolicyFile, LoadsTheIssueExample) {
+  Result<PolicySet> r = Parse(R"(
+policies:
+  - name: tenant
+    algorithm: gcra
+    limit: 1000
+    window: 1s            # ms, s, m, h, d
+    class: contract       # security | contract | billing | capacity
+  - name: api_key
+    algorithm: token_bucket
+    limit: 100
+    window: 1s
+    burst: 200
+    class: contract
+    parent: tenant        # charged together with its tenant
+    costs: {report: 20}   # operation -> cost; default 1
+)");
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->policies().size(), 2u);
+  const Policy& tenant = r->policies()[0];
+  EXPECT_EQ(tenant.name, "tenant");
+  EXPECT_EQ(tenant.algorithm, Algorithm::kGcra);
+  EXPECT_EQ(tenant.rate, Rate(1000, 1000, 1000));
+  EXPECT_EQ(tenant.limit_class, LimitClass::kContract);
+  EXPECT_EQ(tenant.mode, LeaseMode::kLease);
+  EXPECT_EQ(tenant.parent_index, -1);
+  const Policy* key = r->Find("api_key");
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key->rate, Rate(100, 1000, 200));
+  EXPECT_EQ(key->parent_index, 0);
+  EXPECT_EQ(key->CostOf("report"), 20);
+  EXPECT_EQ(key->CostOf("read"), 1);
+  ASSERT_EQ(r->Chain(*key).size(), 2u);
+  EXPECT_EQ(r->Chain(*key)[1], &tenant);
+  EXPECT_EQ(key->line, 8);
+}
+
+TEST(PolicyFile, LoadsTheBundledExampleWithEveryClassAndSetting) {
+  Result<PolicySet> r = LoadPolicyFile(std::string(LIMITER_SOURCE_DIR) + "/examples/policies.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Policy* login = r->Find("login");
+  ASSERT_NE(login, nullptr);
+  EXPECT_EQ(login->limit_class, LimitClass::kSecurity);
+  EXPECT_EQ(login->mode, LeaseMode::kStrict);
+  ASSERT_TRUE(login->fallback.local_rate.has_value());
+  EXPECT_EQ(*login->fallback.local_rate, Rate(2, 60'000, 2));
+  const Policy* daily = r->Find("tenant_daily");
+  ASSERT_NE(daily, nullptr);
+  EXPECT_TRUE(daily->durable);
+  EXPECT_EQ(daily->rate.window_ms(), 86'400'000);
+  const Policy* capacity = r->Find("search_capacity");
+  ASSERT_NE(capacity, nullptr);
+  EXPECT_EQ(capacity->fallback.max_concurrency, 64);
+  EXPECT_EQ(capacity->fallback.max_queue, 128);
+  EXPECT_EQ(capacity->fallback.queue_timeout_ms, 20);
+  const Policy* global = r->Find("partner_global");
+  ASSERT_NE(global, nullptr);
+  EXPECT_EQ(global->scope, Scope::kGlobal);
+  EXPECT_TRUE(global->fallback.allow_overshoot);
+  const Policy* key = r->Find("api_key");
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key->lease.size, 10);
+  EXPECT_EQ(key->lease.ttl_ms, 1000);
+}
+
+TEST(PolicyFile, UnknownFieldNamesFileLineAndField) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: 10\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"
+                    "    brust: 20\n"),
+            "policies.yaml:6:5: policy 'tenant', field 'brust': unknown field (known: name, "
+            "algorithm, limit, window, burst, class, parent, costs, mode, lease, fallback, "
+            "durable, scope)");
+}
+
+TEST(PolicyFile, WrongTypeNamesTheValue) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: lots\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"),
+            "policies.yaml:3:12: policy 'tenant', field 'limit': expected a positive integer, "
+            "got 'lots'");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: [1, 2]\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"),
+            "policies.yaml:3:12: policy 'tenant', field 'limit': expected a single value, got a "
+            "list or map");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: 10\n"
+                    "    window: 1.5s\n"
+                    "    class: contract\n"),
+            "policies.yaml:4:13: policy 'tenant', field 'window': expected a duration such as "
+            "250ms, 1s, 5m, 1h or 1d, got '1.5s'");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: 10\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"
+                    "    durable: yes please\n"),
+            "policies.yaml:6:14: policy 'tenant', field 'durable': expected true or false, got "
+            "'yes please'");
+  EXPECT_EQ(ErrorOf("policies: {tenant: 1}\n"),
+            "policies.yaml:1:11: field 'policies': expected a list of policies");
+}
+
+TEST(PolicyFile, NegativeOrZeroLimitIsRejected) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: -5\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"),
+            "policies.yaml:3:12: policy 'tenant', field 'limit': must be a positive integer, "
+            "got -5");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: 0\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"),
+            "policies.yaml:3:12: policy 'tenant', field 'limit': must be a positive integer, "
+            "got 0");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    limit: 10\n"
+                    "    window: 0s\n"
+                    "    class: contract\n"),
+            "policies.yaml:4:13: policy 'tenant', field 'window': must be at least 1ms, got '0s'");
+}
+
+TEST(PolicyFile, UnknownAlgorithmListsTheKnownOnes) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: tenant\n"
+                    "    algorithm: magic\n"
+                    "    limit: 10\n"
+                    "    window: 1s\n"
+                    "    class: contract\n"),
+            "policies.yaml:3:16: policy 'tenant', field 'algorithm': unknown algorithm 'magic' "
+            "(known: fixed_window, sliding_log, sliding_window, token_bucket, gcra, "
+            "leaky_bucket)");
+}
+
+TEST(PolicyFile, ParentCycleIsNamed) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - {name: a, limit: 1, window: 1s, class: contract, parent: b}\n"
+                    "  - {name: b, limit: 1, window: 1s, class: contract, parent: c}\n"
+                    "  - {name: c, limit: 1, window: 1s, class: contract, parent: a}\n"),
+            "policies.yaml:2:62: policy 'a', field 'parent': parent cycle: a -> b -> c -> a");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - {name: a, limit: 1, window: 1s, class: contract, parent: a}\n"),
+            "policies.yaml:2:62: policy 'a', field 'parent': parent cycle: a -> a");
+}
+
+TEST(PolicyFile, DuplicateNameSaysWhereTheFirstIs) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - {name: a, limit: 1, window: 1s, class: contract}\n"
+                    "  - {name: a, limit: 2, window: 1s, class: contract}\n"),
+            "policies.yaml:3:12: policy 'a', field 'name': duplicate policy name (first defined "
+            "at line 2)");
+}
+
+TEST(PolicyFile, UnknownParent) {
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - {name: key, limit: 1, window: 1s, class: contract, parent: tenant}\n"),
+            "policies.yaml:2:64: policy 'key', field 'parent': unknown parent 'tenant'");
+}
+
+TEST(PolicyFile, MoreBadFiles) {
+  EXPECT_EQ(ErrorOf(""), "policies.yaml: field 'policies': missing: the file must hold a "
+                         "'policies' list");
+  EXPECT_EQ(ErrorOf("policies: []\n"), "policies.yaml:1:11: field 'policies': the list is empty");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, window: 1s, class: contract}\n"),
+            "policies.yaml:2:5: policy 'a', field 'limit': missing (it is required)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {limit: 1, window: 1s, class: contract}\n"),
+            "policies.yaml:2:5: policies[0], field 'name': missing (it is required)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a b, limit: 1, window: 1s, class: contract}\n"),
+            "policies.yaml:2:12: policy 'a b', field 'name': must be 1 to 64 letters, digits, "
+            "'_', '.' or '-', got 'a b'");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s}\n"),
+            "policies.yaml:2:5: policy 'a', field 'class': missing (it is required)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: vip}\n"),
+            "policies.yaml:2:44: policy 'a', field 'class': unknown class 'vip' (known: "
+            "security, contract, billing, capacity)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, limit: 2, window: 1s, class: contract}\n"),
+            "policies.yaml:2:25: policy 'a', field 'limit': given twice (first at line 2)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, burst: 9, "
+                    "window: 1s, class: contract}\n"),
+            "policies.yaml:2:50: policy 'a', field 'burst': only token_bucket, gcra and "
+            "leaky_bucket have a burst");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: capacity}\n"),
+            "policies.yaml:2:5: policy 'a', field 'fallback': missing: capacity limits need "
+            "fallback.max_concurrency (their local load shedder)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: billing, fallback: "
+                    "{overshoot: true}}\n"),
+            "policies.yaml:2:53: policy 'a', field 'fallback': billing limits fail open and "
+            "reconcile; they take no fallback settings");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: security, fallback: "
+                    "{overshoot: true}}\n"),
+            "policies.yaml:2:65: policy 'a', field 'fallback.overshoot': unknown field (known: "
+            "limit, window, burst)");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 5, window: 1s, class: contract, lease: "
+                    "{size: 6}}\n"),
+            "policies.yaml:2:68: policy 'a', field 'lease.size': must not exceed the burst (5), "
+            "got 6");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 5, window: 1s, class: contract, costs: "
+                    "{report: 0}}\n"),
+            "policies.yaml:2:70: policy 'a', field 'costs.report': must be a positive integer, "
+            "got 0");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1099511627776, window: 1d, class: "
+                    "contract}\n"),
+            "policies.yaml:2:22: policy 'a', field 'limit': limit (or burst) times window in ms "
+            "must stay below 2^60, got 1099511627776 x 86400000");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 99999999999999999999, window: 1s, class: "
+                    "contract}\n"),
+            "policies.yaml:2:22: policy 'a', field 'limit': '99999999999999999999' is too large");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a\n"),
+            "policies.yaml:3:1: not valid YAML: end of map flow not found");
+  EXPECT_EQ(ErrorOf("rules: []\n"),
+            "policies.yaml:1:1: field 'rules': unknown field (known: policies)");
+}
+
+TEST(PolicyFile, MissingFileIsAClearError) {
+  Result<PolicySet> r = LoadPolicyFile("/nonexistent/policies.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), "/nonexistent/policies.yaml: cannot open the policy file");
+}
+
+}  // namespace
+}  // namespace limiter
