@@ -11,6 +11,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
+  libcpp-httplib-dev libhiredis-dev redis-server curl
 )
 JOBS="${JOBS:-2}"
 

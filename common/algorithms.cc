@@ -18,6 +18,42 @@ int64_t FirstFit(int64_t prev, int64_t used, int64_t cost, int64_t limit, int64_
   return std::max<int64_t>(w - CeilDiv(room, prev) + 1, 0);
 }
 
+// Moves the two windows up to the one holding `now`; returns its start.
+int64_t Roll(SlidingWindow::State& s, int64_t now, int64_t w) {
+  const int64_t start = now - now % w;
+  if (start != s.window_start_ms) {
+    s.prev = start == s.window_start_ms + w ? s.curr : 0;
+    s.curr = 0;
+    s.window_start_ms = start;
+  }
+  return start;
+}
+
+// Adds what flowed in since last_ms to a bucket of `cap` filled at L scaled units per ms
+// (a token bucket's tokens; a leaky bucket's free room), capped at cap.
+int64_t Refilled(const Rate& rate, int64_t amount, int64_t elapsed) {
+  const int64_t cap = rate.capacity_scaled();
+  return elapsed >= rate.refill_ms() ? cap : std::min(cap, amount + elapsed * rate.limit());
+}
+
+void Refill(const Rate& rate, TokenBucket::State& s, int64_t now) {
+  if (s.last_ms == TokenBucket::kFresh) {
+    s.tokens_scaled = rate.capacity_scaled();
+    s.last_ms = now;
+  } else if (now > s.last_ms) {
+    s.tokens_scaled = Refilled(rate, s.tokens_scaled, now - s.last_ms);
+    s.last_ms = now;
+  }
+}
+
+void Drain(const Rate& rate, LeakyBucket::State& s, int64_t now) {
+  if (now > s.last_ms) {
+    const int64_t cap = rate.capacity_scaled();
+    s.level_scaled = cap - Refilled(rate, cap - s.level_scaled, now - s.last_ms);
+    s.last_ms = now;
+  }
+}
+
 }  // namespace
 
 Decision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -40,20 +76,24 @@ Decision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t co
   return d;
 }
 
+bool FixedWindow::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  return s.count == 0 || now - s.window_start_ms >= rate.window_ms();
+}
+
+void FixedWindow::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t leased_at) {
+  const int64_t w = rate.window_ms();
+  if (leased_at - leased_at % w != s.window_start_ms || now - s.window_start_ms >= w) return;
+  s.count -= std::min(units, s.count);
+}
+
 Decision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t w = rate.window_ms();
   const int64_t limit = rate.limit();
-  const int64_t start = now - now % w;
-  if (start != s.window_start_ms) {
-    s.prev = start == s.window_start_ms + w ? s.curr : 0;
-    s.curr = 0;
-    s.window_start_ms = start;
-  }
-  const int64_t elapsed = now - start;
+  const int64_t elapsed = now - Roll(s, now, w);
   const int64_t here = FirstFit(s.prev, s.curr, cost, limit, w);
   Decision d;
   if (here <= elapsed) {
-    s.curr += cost;
+    s.curr = static_cast<uint32_t>(s.curr + cost);  // <= L <= kMaxLimit
     d.allowed = true;
   } else if (here < w) {
     d.retry_after_ms = here - elapsed;
@@ -68,18 +108,27 @@ Decision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t 
   return d;
 }
 
+bool SlidingWindow::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  const int64_t w = rate.window_ms();
+  const int64_t age = now - s.window_start_ms;
+  return (s.curr == 0 && (s.prev == 0 || age >= w)) || age >= 2 * w;
+}
+
+void SlidingWindow::Return(const Rate& rate, State& s, int64_t now, int64_t units,
+                           int64_t leased_at) {
+  const int64_t w = rate.window_ms();
+  const int64_t start = Roll(s, now, w);
+  const int64_t leased_window = leased_at - leased_at % w;
+  if (leased_window == start) {
+    s.curr -= static_cast<uint32_t>(std::min<int64_t>(units, s.curr));
+  } else if (leased_window == start - w) {
+    s.prev -= static_cast<uint32_t>(std::min<int64_t>(units, s.prev));
+  }
+}
+
 Decision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t cap = rate.capacity_scaled();
-  if (s.last_ms == kFresh) {
-    s.tokens_scaled = cap;
-    s.last_ms = now;
-  } else if (now > s.last_ms) {
-    const int64_t elapsed = now - s.last_ms;
-    s.tokens_scaled = elapsed >= rate.refill_ms()
-                          ? cap
-                          : std::min(cap, s.tokens_scaled + elapsed * rate.limit());
-    s.last_ms = now;
-  }
+  Refill(rate, s, now);
   Decision d;
   if (cost > rate.burst()) {
     d.retry_after_ms = kNever;
@@ -92,6 +141,19 @@ Decision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t co
   d.remaining = s.tokens_scaled / rate.window_ms();
   d.reset_after_ms = CeilDiv(cap - s.tokens_scaled, rate.limit());
   return d;
+}
+
+bool TokenBucket::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  return s.last_ms == kFresh ||
+         Refilled(rate, s.tokens_scaled, now - s.last_ms) == rate.capacity_scaled();
+}
+
+void TokenBucket::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
+  Refill(rate, s, now);
+  const int64_t cap = rate.capacity_scaled();
+  // Compare before multiplying, so that the sum cannot overflow.
+  s.tokens_scaled =
+      units >= rate.burst() ? cap : std::min(cap, s.tokens_scaled + units * rate.window_ms());
 }
 
 Decision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -137,15 +199,23 @@ Decision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   return d;
 }
 
+bool Gcra::IsFresh(const Rate&, const State& s, int64_t now) {
+  return s.tat_ms < now || (s.tat_ms == now && s.tat_frac == 0);
+}
+
+void Gcra::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
+  if (IsFresh(rate, s, now)) return;
+  // TAT - now in 1/L ms, less units*T, never below now.
+  const int64_t ahead = (s.tat_ms - now) * rate.limit() + s.tat_frac;
+  const int64_t back = units >= rate.burst() ? ahead : std::min(ahead, units * rate.window_ms());
+  const int64_t left = ahead - back;
+  s.tat_ms = now + left / rate.limit();
+  s.tat_frac = left % rate.limit();
+}
+
 Decision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t cap = rate.capacity_scaled();
-  if (now > s.last_ms) {
-    const int64_t elapsed = now - s.last_ms;
-    s.level_scaled = elapsed >= rate.refill_ms()
-                         ? 0
-                         : std::max<int64_t>(0, s.level_scaled - elapsed * rate.limit());
-    s.last_ms = now;
-  }
+  Drain(rate, s, now);
   Decision d;
   if (cost > rate.burst()) {
     d.retry_after_ms = kNever;
@@ -158,6 +228,18 @@ Decision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t co
   d.remaining = (cap - s.level_scaled) / rate.window_ms();
   d.reset_after_ms = CeilDiv(s.level_scaled, rate.limit());
   return d;
+}
+
+bool LeakyBucket::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  const int64_t cap = rate.capacity_scaled();
+  return Refilled(rate, cap - s.level_scaled, now - s.last_ms) == cap;
+}
+
+void LeakyBucket::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
+  Drain(rate, s, now);
+  s.level_scaled = units >= rate.burst()
+                       ? 0
+                       : std::max<int64_t>(0, s.level_scaled - units * rate.window_ms());
 }
 
 }  // namespace limiter

@@ -2,10 +2,17 @@
 //
 // Every algorithm is a pure function of (rate, state, now, cost): time is an argument, never
 // read here, and all arithmetic is exact in 64-bit integers (see Rate for the scaling).
-// Preconditions for every Decide: the Rate is valid, cost >= 1, now_ms >= 0 and now_ms does
-// not decrease for one state. A default-constructed State is a fresh key with its full
-// allowance. The state is changed only when the request is admitted, apart from bookkeeping
-// (refill, window roll) that does not change any later decision.
+// Preconditions for every function: the Rate is valid, cost and units >= 1, now_ms >= 0 and
+// now_ms does not decrease for one state. A default-constructed State is a fresh key with its
+// full allowance. Decide changes the state only when it admits, apart from bookkeeping (refill,
+// window roll) that changes no later decision.
+//
+// Besides Decide, each algorithm has:
+//   IsFresh(rate, state, now): the state decides exactly like a fresh one from now on, so it
+//     carries no information and can be dropped (an idle key expires by itself);
+//   Return(rate, state, now, units, leased_at): gives back `units` charged at leased_at and not
+//     spent, as if they had never been charged; never above capacity, and never into a window
+//     they were not charged to.
 #pragma once
 
 #include <cstdint>
@@ -22,17 +29,25 @@ struct FixedWindow {
     int64_t count = 0;
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
 // Two fixed windows, the previous one weighted by how much of it the sliding window still
 // overlaps: admit iff prev*(W-elapsed) + (curr+cost-1)*W < L*W.
 struct SlidingWindow {
+  // The counts are 32-bit so that the state fits in 16 bytes; limits above this are refused.
+  static constexpr int64_t kMaxLimit = UINT32_MAX;
   struct State {
     int64_t window_start_ms = 0;
-    int64_t curr = 0;
-    int64_t prev = 0;
+    uint32_t curr = 0;
+    uint32_t prev = 0;
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
 // Capacity B, refilled continuously at L per W, starts full; admit iff tokens >= cost.
@@ -43,6 +58,9 @@ struct TokenBucket {
     int64_t last_ms = kFresh;   // kFresh: never used, so full
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
 // Generic cell rate algorithm: one theoretical arrival time (TAT) per key, emission interval
@@ -54,6 +72,9 @@ struct Gcra {
     int64_t tat_frac = 0;  // in [0, L)
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
 // Leaky bucket as a meter: the level drains at L per W; admit iff level + cost <= B.
@@ -63,8 +84,14 @@ struct LeakyBucket {
     int64_t last_ms = 0;
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
-static_assert(sizeof(TokenBucket::State) <= 16 && sizeof(Gcra::State) <= 16);
+// The store keeps every state in 16 bytes.
+static_assert(sizeof(FixedWindow::State) == 16 && sizeof(SlidingWindow::State) == 16 &&
+              sizeof(TokenBucket::State) == 16 && sizeof(Gcra::State) == 16 &&
+              sizeof(LeakyBucket::State) == 16);
 
 }  // namespace limiter

@@ -10,7 +10,27 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// The algorithm whose State is S.
+template <class S> struct AlgoOf;
+template <> struct AlgoOf<FixedWindow::State> { using type = FixedWindow; };
+template <> struct AlgoOf<SlidingLog::State> { using type = SlidingLog; };
+template <> struct AlgoOf<SlidingWindow::State> { using type = SlidingWindow; };
+template <> struct AlgoOf<TokenBucket::State> { using type = TokenBucket; };
+template <> struct AlgoOf<Gcra::State> { using type = Gcra; };
+template <> struct AlgoOf<LeakyBucket::State> { using type = LeakyBucket; };
+
+template <class S>
+using Algo = typename AlgoOf<std::decay_t<S>>::type;
+
 }  // namespace
+
+std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate) {
+  if (algorithm == Algorithm::kSlidingWindow && rate.limit() > SlidingWindow::kMaxLimit) {
+    return "sliding_window supports limits up to " + std::to_string(SlidingWindow::kMaxLimit) +
+           ", got " + std::to_string(rate.limit());
+  }
+  return std::nullopt;
+}
 
 KeyLimiter::KeyLimiter(Algorithm algorithm) {
   switch (algorithm) {
@@ -24,14 +44,59 @@ KeyLimiter::KeyLimiter(Algorithm algorithm) {
 }
 
 Decision KeyLimiter::Decide(const Rate& rate, int64_t now_ms, int64_t cost) {
+  return std::visit([&](auto& s) { return Algo<decltype(s)>::Decide(rate, s, now_ms, cost); },
+                    state_);
+}
+
+Decision KeyLimiter::Peek(const Rate& rate, int64_t now_ms, int64_t cost) const {
+  return std::visit(
+      [&](const auto& s) {
+        auto copy = s;
+        return Algo<decltype(s)>::Decide(rate, copy, now_ms, cost);
+      },
+      state_);
+}
+
+int64_t KeyLimiter::Available(const Rate& rate, int64_t now_ms) const {
+  const Decision d = Peek(rate, now_ms, 1);
+  return d.allowed ? d.remaining + 1 : 0;
+}
+
+bool KeyLimiter::IsFresh(const Rate& rate, int64_t now_ms) const {
+  return std::visit([&](const auto& s) { return Algo<decltype(s)>::IsFresh(rate, s, now_ms); },
+                    state_);
+}
+
+void KeyLimiter::Return(const Rate& rate, int64_t now_ms, int64_t units, int64_t leased_at_ms) {
+  std::visit(
+      [&](auto& s) { Algo<decltype(s)>::Return(rate, s, now_ms, units, leased_at_ms); }, state_);
+}
+
+std::vector<std::pair<std::string_view, int64_t>> KeyLimiter::Fields() const {
   return std::visit(
       Overloaded{
-          [&](FixedWindow::State& s) { return FixedWindow::Decide(rate, s, now_ms, cost); },
-          [&](SlidingLog::State& s) { return SlidingLog::Decide(rate, s, now_ms, cost); },
-          [&](SlidingWindow::State& s) { return SlidingWindow::Decide(rate, s, now_ms, cost); },
-          [&](TokenBucket::State& s) { return TokenBucket::Decide(rate, s, now_ms, cost); },
-          [&](Gcra::State& s) { return Gcra::Decide(rate, s, now_ms, cost); },
-          [&](LeakyBucket::State& s) { return LeakyBucket::Decide(rate, s, now_ms, cost); },
+          [](const FixedWindow::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            return {{"window_start_ms", s.window_start_ms}, {"count", s.count}};
+          },
+          [](const SlidingLog::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            return {{"entries", static_cast<int64_t>(s.entries.size())},
+                    {"total", s.total},
+                    {"oldest_ms", s.entries.empty() ? 0 : s.entries.front().t_ms},
+                    {"newest_ms", s.entries.empty() ? 0 : s.entries.back().t_ms}};
+          },
+          [](const SlidingWindow::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            return {{"window_start_ms", s.window_start_ms}, {"curr", s.curr}, {"prev", s.prev}};
+          },
+          [](const TokenBucket::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            if (s.last_ms == TokenBucket::kFresh) return {{"fresh", 1}};
+            return {{"tokens_scaled", s.tokens_scaled}, {"last_ms", s.last_ms}};
+          },
+          [](const Gcra::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            return {{"tat_ms", s.tat_ms}, {"tat_frac", s.tat_frac}};
+          },
+          [](const LeakyBucket::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
+            return {{"level_scaled", s.level_scaled}, {"last_ms", s.last_ms}};
+          },
       },
       state_);
 }

@@ -1,9 +1,14 @@
-// KeyLimiter: the state of one key under any of the six algorithms, chosen at run time.
-// Used where the algorithm comes from configuration (replay, tests); a value type, not
-// thread-safe.
+// KeyLimiter: the state of one key under any of the six algorithms, chosen at run time, with
+// the algorithm's operations. Used where the algorithm comes from configuration (the node's
+// store, replay, tests). A value type, not thread-safe.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/algorithm.h"
 #include "common/algorithms.h"
@@ -11,18 +16,34 @@
 
 namespace limiter {
 
+// Why `algorithm` cannot run at `rate` although the Rate itself is valid, or nullopt.
+std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate);
+
 class KeyLimiter {
  public:
-  explicit KeyLimiter(Algorithm algorithm);
+  // Alternatives in the order of Algorithm's enumerators.
+  using State = std::variant<FixedWindow::State, SlidingLog::State, SlidingWindow::State,
+                             TokenBucket::State, Gcra::State, LeakyBucket::State>;
+
+  explicit KeyLimiter(Algorithm algorithm);  // a fresh key
+  explicit KeyLimiter(State state) : state_(std::move(state)) {}
 
   Algorithm algorithm() const { return static_cast<Algorithm>(state_.index()); }
+  State& state() { return state_; }
+  const State& state() const { return state_; }
+
   Decision Decide(const Rate& rate, int64_t now_ms, int64_t cost);
+  // What Decide would answer, changing nothing.
+  Decision Peek(const Rate& rate, int64_t now_ms, int64_t cost) const;
+  // The most cost that would be admitted now (0 if none).
+  int64_t Available(const Rate& rate, int64_t now_ms) const;
+  bool IsFresh(const Rate& rate, int64_t now_ms) const;
+  void Return(const Rate& rate, int64_t now_ms, int64_t units, int64_t leased_at_ms);
+  // The state in the algorithm's own terms, for inspection.
+  std::vector<std::pair<std::string_view, int64_t>> Fields() const;
 
  private:
-  // Alternatives in the order of Algorithm's enumerators.
-  std::variant<FixedWindow::State, SlidingLog::State, SlidingWindow::State, TokenBucket::State,
-               Gcra::State, LeakyBucket::State>
-      state_;
+  State state_;
 };
 
 }  // namespace limiter

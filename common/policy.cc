@@ -1,5 +1,7 @@
 #include "common/policy.h"
 
+#include <algorithm>
+
 namespace limiter {
 
 std::string_view LimitClassName(LimitClass c) {
@@ -29,6 +31,14 @@ int64_t Policy::CostOf(std::string_view operation) const {
     if (op == operation) return cost;
   }
   return 1;
+}
+
+int64_t Policy::LeaseSize() const {
+  if (lease.size > 0) return lease.size;
+  const int64_t l = rate.limit();
+  const int64_t w = rate.window_ms();
+  const int64_t per_second = l / w * 1000 + l % w * 1000 / w;  // no overflow for L*W < 2^60
+  return std::clamp<int64_t>(per_second / 5, 1, rate.burst());
 }
 
 const Policy* PolicySet::Find(std::string_view name) const {

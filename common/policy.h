@@ -65,6 +65,9 @@ struct Policy {
 
   // The cost of an operation; operations not listed cost 1.
   int64_t CostOf(std::string_view operation) const;
+  // lease.size when set; else a fifth of the rate per second, at least 1 and at most the
+  // burst (20 for 100/s).
+  int64_t LeaseSize() const;
 };
 
 class PolicySet {

@@ -1,5 +1,7 @@
 #include "common/sliding_log.h"
 
+#include <algorithm>
+
 namespace limiter {
 
 Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -34,6 +36,21 @@ Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cos
   d.remaining = limit - s.total;
   d.reset_after_ms = s.entries.empty() ? 0 : s.entries.back().t_ms + w - now;
   return d;
+}
+
+bool SlidingLog::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  return s.entries.empty() || s.entries.back().t_ms <= now - rate.window_ms();
+}
+
+void SlidingLog::Return(const Rate&, State& s, int64_t, int64_t units, int64_t leased_at) {
+  for (auto it = s.entries.begin(); it != s.entries.end(); ++it) {
+    if (it->t_ms != leased_at) continue;
+    const int64_t back = std::min(units, it->cost);
+    it->cost -= back;
+    s.total -= back;
+    if (it->cost == 0) s.entries.erase(it);
+    return;
+  }
 }
 
 }  // namespace limiter

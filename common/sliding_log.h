@@ -10,8 +10,8 @@
 
 namespace limiter {
 
-// Admit iff (admitted cost in (now-W, now]) + cost <= L. Same preconditions as the
-// algorithms in algorithms.h.
+// Admit iff (admitted cost in (now-W, now]) + cost <= L. Same preconditions and functions as
+// the algorithms in algorithms.h.
 struct SlidingLog {
   struct Entry {
     int64_t t_ms;
@@ -22,6 +22,9 @@ struct SlidingLog {
     int64_t total = 0;          // sum of entries[].cost
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
+  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
+                     int64_t leased_at_ms);
 };
 
 }  // namespace limiter

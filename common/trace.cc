@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "common/limits.h"
 #include "common/rate.h"
 #include "common/read_file.h"
 
@@ -9,7 +10,6 @@ namespace limiter {
 namespace {
 
 constexpr std::string_view kColumns[] = {"t_ms", "key", "cost", "label"};
-constexpr size_t kMaxKeyBytes = 1024;
 
 // Splits one CSV line into fields; a field may be "quoted" with "" for a quote inside.
 // Returns an error message, or empty on success.

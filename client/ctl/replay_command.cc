@@ -8,6 +8,7 @@
 
 #include "client/ctl/commands.h"
 #include "common/duration.h"
+#include "common/key_limiter.h"
 #include "common/policy_file.h"
 #include "common/replay.h"
 
@@ -56,6 +57,9 @@ std::optional<std::string> Resolve(const ReplayArgs& args, const PolicySet* poli
   } else {
     return "--algorithm: unknown algorithm '" + algorithm + "' (known: " +
            std::string(AlgorithmNameList()) + ", all)";
+  }
+  for (Algorithm a : setup.algorithms) {
+    if (auto why = UnsupportedRate(a, setup.rate)) return *why;
   }
   return std::nullopt;
 }

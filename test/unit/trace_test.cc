@@ -67,8 +67,8 @@ TEST(Trace, BadRowsNameTheLineAndTheReason) {
   EXPECT_EQ(ErrorOf(h + "1,\"a\n"), "t.csv:2: unterminated quoted field");
   EXPECT_EQ(ErrorOf(h + "1,\"a\"b\n"), "t.csv:2: text after a closing quote");
   EXPECT_EQ(ErrorOf(h + "1,a\"b\n"), "t.csv:2: a quote inside an unquoted field");
-  EXPECT_EQ(ErrorOf(h + "1," + std::string(1025, 'k') + "\n"),
-            "t.csv:2: key is longer than 1024 bytes");
+  EXPECT_EQ(ErrorOf(h + "1," + std::string(257, 'k') + "\n"),
+            "t.csv:2: key is longer than 256 bytes");
 }
 
 TEST(Trace, MissingFile) {

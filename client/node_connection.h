@@ -1,0 +1,42 @@
+// NodeConnection: one blocking TCP connection to a limiterd node, speaking frames. Requests
+// may be pipelined: Send several, then Receive the replies in the same order. Used by
+// limiterctl, the load harness and the tests. Not thread-safe; one per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "common/result.h"
+
+namespace limiter {
+
+namespace wire {
+struct Reply;
+}
+
+class NodeConnection {
+ public:
+  // "host:port"; timeout_ms bounds the connect and every later read and write.
+  static Result<std::unique_ptr<NodeConnection>> Connect(const std::string& address,
+                                                         int timeout_ms = 5000);
+  ~NodeConnection();
+
+  // Sends one frame holding `body` (a Request, or any bytes in tests).
+  std::optional<std::string> Send(std::span<const uint8_t> body);
+  // Sends raw bytes, framing included; for tests of bad input.
+  std::optional<std::string> SendRaw(std::span<const uint8_t> bytes);
+  // Reads one reply frame, verified. Valid until the next Receive.
+  Result<const wire::Reply*> Receive();
+  // True once the node has closed the connection (a read returned end of file).
+  bool closed() const;
+
+ private:
+  struct Impl;
+  explicit NodeConnection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace limiter

@@ -1,0 +1,106 @@
+#include "client/request_builder.h"
+
+#include <vector>
+
+#include "common/wire.h"
+
+namespace limiter {
+
+struct RequestBuilder::Impl {
+  flatbuffers::FlatBufferBuilder fbb{1024};
+  std::vector<flatbuffers::Offset<wire::Op>> ops;
+  flatbuffers::Offset<wire::Hello> hello;
+
+  flatbuffers::Offset<flatbuffers::String> Str(std::string_view s) {
+    return fbb.CreateString(s.data(), s.size());
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Limit>>> One(
+      std::string_view policy, std::string_view key) {
+    const auto p = Str(policy);
+    const auto k = Str(key);
+    const flatbuffers::Offset<wire::Limit> limit = wire::CreateLimit(fbb, p, k);
+    return fbb.CreateVector(&limit, 1);
+  }
+  void Add(uint64_t id, wire::OpType type,
+           flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Limit>>> limits,
+           std::string_view tenant, int64_t cost, std::string_view operation, bool dry_run,
+           int64_t leased_at) {
+    const auto t = tenant.empty() ? 0 : Str(tenant);
+    const auto op = operation.empty() ? 0 : Str(operation);
+    wire::OpBuilder b(fbb);
+    b.add_id(id);
+    b.add_type(type);
+    if (!limits.IsNull()) b.add_limits(limits);
+    if (!t.IsNull()) b.add_tenant(t);
+    b.add_cost(cost);
+    if (!op.IsNull()) b.add_operation(op);
+    b.add_dry_run(dry_run);
+    b.add_leased_at_ms(leased_at);
+    ops.push_back(b.Finish());
+  }
+};
+
+RequestBuilder::RequestBuilder() : impl_(std::make_unique<Impl>()) {}
+RequestBuilder::~RequestBuilder() = default;
+
+void RequestBuilder::Clear() {
+  impl_->fbb.Clear();
+  impl_->ops.clear();
+  impl_->hello = 0;
+}
+
+void RequestBuilder::Hello(std::string_view client_name) {
+  impl_->hello = wire::CreateHello(impl_->fbb, kProtocolVersion, impl_->Str(client_name));
+}
+
+void RequestBuilder::Check(uint64_t id, std::string_view policy, std::string_view key,
+                           std::string_view tenant, int64_t cost, std::string_view operation,
+                           bool dry_run) {
+  impl_->Add(id, wire::OpType::Check, impl_->One(policy, key), tenant, cost, operation, dry_run,
+             0);
+}
+
+void RequestBuilder::CheckMany(uint64_t id,
+                               std::span<const std::pair<std::string_view, std::string_view>> limits,
+                               std::string_view tenant, int64_t cost, bool dry_run) {
+  std::vector<flatbuffers::Offset<wire::Limit>> list;
+  for (const auto& [policy, key] : limits) {
+    const auto p = impl_->Str(policy);
+    const auto k = impl_->Str(key);
+    list.push_back(wire::CreateLimit(impl_->fbb, p, k));
+  }
+  impl_->Add(id, wire::OpType::Check, impl_->fbb.CreateVector(list), tenant, cost, {}, dry_run, 0);
+}
+
+void RequestBuilder::Lease(uint64_t id, std::string_view policy, std::string_view key,
+                           std::string_view tenant, int64_t units) {
+  impl_->Add(id, wire::OpType::Lease, impl_->One(policy, key), tenant, units, {}, false, 0);
+}
+
+void RequestBuilder::Return(uint64_t id, std::string_view policy, std::string_view key,
+                            std::string_view tenant, int64_t units, int64_t leased_at_ms) {
+  impl_->Add(id, wire::OpType::Return, impl_->One(policy, key), tenant, units, {}, false,
+             leased_at_ms);
+}
+
+void RequestBuilder::Inspect(uint64_t id, std::string_view policy, std::string_view key) {
+  impl_->Add(id, wire::OpType::Inspect, impl_->One(policy, key), {}, 1, {}, false, 0);
+}
+
+void RequestBuilder::Stats(uint64_t id) {
+  impl_->Add(id, wire::OpType::Stats, 0, {}, 1, {}, false, 0);
+}
+
+size_t RequestBuilder::ops() const { return impl_->ops.size(); }
+
+std::span<const uint8_t> RequestBuilder::Finish() {
+  auto& fbb = impl_->fbb;
+  const auto ops = fbb.CreateVector(impl_->ops);
+  wire::RequestBuilder request(fbb);
+  if (!impl_->hello.IsNull()) request.add_hello(impl_->hello);
+  request.add_ops(ops);
+  fbb.Finish(request.Finish());
+  return {fbb.GetBufferPointer(), fbb.GetSize()};
+}
+
+}  // namespace limiter

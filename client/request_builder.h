@@ -1,0 +1,42 @@
+// RequestBuilder: encodes one Request frame body (a batch of ops). Reusable: Clear() keeps
+// its buffer. Not thread-safe; one per connection or thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+namespace limiter {
+
+class RequestBuilder {
+ public:
+  RequestBuilder();
+  ~RequestBuilder();
+
+  void Clear();
+  void Hello(std::string_view client_name);
+  // cost applies when operation is empty.
+  void Check(uint64_t id, std::string_view policy, std::string_view key,
+             std::string_view tenant = {}, int64_t cost = 1, std::string_view operation = {},
+             bool dry_run = false);
+  // A CHECK over several limits at once: (policy, key) pairs.
+  void CheckMany(uint64_t id, std::span<const std::pair<std::string_view, std::string_view>> limits,
+                 std::string_view tenant, int64_t cost, bool dry_run = false);
+  void Lease(uint64_t id, std::string_view policy, std::string_view key, std::string_view tenant,
+             int64_t units);
+  void Return(uint64_t id, std::string_view policy, std::string_view key,
+              std::string_view tenant, int64_t units, int64_t leased_at_ms);
+  void Inspect(uint64_t id, std::string_view policy, std::string_view key);
+  void Stats(uint64_t id);
+
+  size_t ops() const;
+  // The encoded body, valid until the next call that changes the builder.
+  std::span<const uint8_t> Finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace limiter

@@ -1,0 +1,96 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace limiter {
+
+Result<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv) {
+  if (argv.empty()) return Error{"no program to start"};
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error{std::string("pipe: ") + std::strerror(errno)};
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return Error{std::string("fork: ") + std::strerror(errno)};
+  }
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::execvp(args[0], args.data());
+    const std::string msg = "cannot run " + argv[0] + ": " + std::strerror(errno) + "\n";
+    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  return std::unique_ptr<Subprocess>(new Subprocess(pid, pipe_fds[0]));
+}
+
+Subprocess::~Subprocess() {
+  if (!status_) {
+    Signal(SIGTERM);
+    if (!Wait(5000)) {
+      Signal(SIGKILL);
+      Wait(5000);
+    }
+  }
+  ::close(stdout_fd_);
+}
+
+Result<std::string> Subprocess::ReadLine(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (const size_t nl = buffered_.find('\n'); nl != std::string::npos) {
+      std::string line = buffered_.substr(0, nl);
+      buffered_.erase(0, nl + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return Error{"timed out waiting for a line of output"};
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+    if (n == 0) return Error{"the process closed its output (exited?)"};
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error{std::string("read: ") + std::strerror(errno)};
+    }
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void Subprocess::Signal(int signal) {
+  if (!status_) ::kill(pid_, signal);
+}
+
+std::optional<int> Subprocess::Wait(int timeout_ms) {
+  if (status_) return status_;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return status_;
+    }
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace limiter

@@ -1,0 +1,53 @@
+#include "server/config.h"
+
+#include <filesystem>
+
+#include "common/read_file.h"
+#include "common/yaml_reader.h"
+
+namespace limiter {
+
+Result<NodeConfig> LoadNodeConfig(const std::string& path) {
+  Result<std::string> text = ReadWholeFile(path, "config");
+  if (!text) return Error{text.error()};
+  return LoadYaml<NodeConfig>(*text, path, [&](YamlReader& r, const YAML::Node& root) {
+    NodeConfig c;
+    if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
+    const auto fields = r.Fields(root, "", {"name", "listen", "admin", "policies", "threads",
+                                            "max_keys", "idle_timeout", "max_frame"});
+    for (const auto& [name, f] : fields) {
+      if (name == "name") {
+        c.node.name = r.Scalar(f, name);
+      } else if (name == "listen") {
+        c.server.listen = r.Scalar(f, name);
+        if (!ParseHostPort(c.server.listen)) r.Fail(f.value, name, "expected HOST:PORT");
+      } else if (name == "admin") {
+        c.server.admin = r.Scalar(f, name);
+        if (!c.server.admin.empty() && !ParseHostPort(c.server.admin)) {
+          r.Fail(f.value, name, "expected HOST:PORT, or \"\" for none");
+        }
+      } else if (name == "policies") {
+        const std::filesystem::path p = r.Scalar(f, name);
+        c.policies_path =
+            p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+      } else if (name == "threads") {
+        const int64_t n = r.PositiveInt(f, name);
+        if (n > 256) r.Fail(f.value, name, "at most 256");
+        c.server.threads = static_cast<int>(n);
+      } else if (name == "max_keys") {
+        c.node.store.max_keys = r.PositiveInt(f, name);
+      } else if (name == "idle_timeout") {
+        c.server.idle_timeout_ms = r.DurationMs(f, name);
+      } else if (name == "max_frame") {
+        const int64_t n = r.PositiveInt(f, name);
+        if (n < 1024 || n > (int64_t{64} << 20)) {
+          r.Fail(f.value, name, "must be between 1024 and 67108864 bytes");
+        }
+        c.node.max_frame_bytes = static_cast<uint32_t>(n);
+      }
+    }
+    return c;
+  });
+}
+
+}  // namespace limiter

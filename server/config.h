@@ -1,0 +1,30 @@
+// limiterd's configuration file (YAML). Flags on the command line override it.
+//
+//   name: node-1                 # shown in hello replies and metrics
+//   listen: 127.0.0.1:7450       # port 0: any free port
+//   admin: 127.0.0.1:7451        # /metrics /healthz /readyz; "" turns it off
+//   policies: policies.yaml      # relative to this file
+//   threads: 2                   # default: one per core
+//   max_keys: 10000000
+//   idle_timeout: 60s            # close connections silent this long
+//   max_frame: 1048576           # bytes
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+#include "server/node.h"
+#include "server/server.h"
+
+namespace limiter {
+
+struct NodeConfig {
+  NodeOptions node;
+  ServerOptions server;
+  std::string policies_path;
+};
+
+// Errors name file:line:column and the field, like the policy file's.
+Result<NodeConfig> LoadNodeConfig(const std::string& path);
+
+}  // namespace limiter

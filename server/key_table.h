@@ -1,0 +1,91 @@
+// KeyTable: one policy's keys in one stripe of the store. Open addressing with linear
+// probing and backward-shift deletion, 32 bytes a slot (a 128-bit key hash and 16 bytes of
+// algorithm state), any capacity (fast range reduction instead of a power of two) so that it
+// can grow by 1.25x and keep the load between 0.64 and 0.8: under 64 bytes a key.
+//
+// Not thread-safe: the Store guards each table with its stripe's mutex.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+namespace limiter {
+
+// 128-bit xxh3 of (policy, key). Never all zero (that marks an empty slot).
+struct KeyId {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  friend bool operator==(const KeyId&, const KeyId&) = default;
+};
+
+struct Slot {
+  KeyId id;
+  alignas(8) std::array<std::byte, 16> state;
+};
+static_assert(sizeof(Slot) == 32);
+
+class KeyTable {
+ public:
+  KeyTable() = default;
+  KeyTable(KeyTable&&) = default;
+  KeyTable& operator=(KeyTable&&) = default;
+
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  size_t bytes() const { return capacity_ * sizeof(Slot); }
+
+  Slot* Find(const KeyId& id);
+  // Adds `id`, which must be absent, with a zeroed state. May grow the table, which moves
+  // every slot: pointers from earlier Find calls are invalid afterwards.
+  Slot* Insert(const KeyId& id);
+  // Removes the slot; pointers to later slots of its cluster are invalid afterwards.
+  void Erase(Slot* slot);
+
+  // Looks at up to `budget` slots from *cursor on (wrapping) and erases those for which
+  // expired(slot) is true. Returns how many it erased.
+  template <class Expired>
+  size_t Sweep(size_t* cursor, size_t budget, Expired expired);
+
+  template <class F>
+  void ForEach(F f) {
+    for (size_t i = 0; i < capacity_; ++i) {
+      if (!Empty(slots_[i])) f(slots_[i]);
+    }
+  }
+
+ private:
+  struct Free {
+    void operator()(Slot* p) const { std::free(p); }
+  };
+  static bool Empty(const Slot& s) { return (s.id.lo | s.id.hi) == 0; }
+  size_t Home(const KeyId& id) const {
+    return static_cast<size_t>((static_cast<unsigned __int128>(id.lo) * capacity_) >> 64);
+  }
+  void Grow();
+
+  std::unique_ptr<Slot[], Free> slots_;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+};
+
+template <class Expired>
+size_t KeyTable::Sweep(size_t* cursor, size_t budget, Expired expired) {
+  size_t erased = 0;
+  if (capacity_ == 0) return 0;
+  budget = budget < capacity_ ? budget : capacity_;
+  for (size_t n = 0; n < budget; ++n) {
+    size_t i = *cursor % capacity_;
+    *cursor = i + 1;
+    // Erasing shifts a later slot into i; look at i again so nothing is skipped.
+    while (!Empty(slots_[i]) && expired(slots_[i])) {
+      Erase(&slots_[i]);
+      ++erased;
+    }
+  }
+  return erased;
+}
+
+}  // namespace limiter

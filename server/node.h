@@ -1,0 +1,109 @@
+// Node: the shard node's operation handler. Bytes of one frame in, the reply frame out: no
+// sockets, so the server, the tests and the fuzzer all drive the same code.
+//
+// Thread-safety: HandleFrame may run on many threads at once, each with its own Worker. The
+// store is shared (striped locks); policies and options are immutable.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/counter.h"
+#include "common/frame_codec.h"
+#include "common/histogram.h"
+#include "common/policy.h"
+#include "server/store.h"
+
+namespace limiter::wire {
+struct Op;
+}
+
+namespace limiter {
+
+struct NodeOptions {
+  std::string name = "limiterd";
+  uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  Store::Options store;
+  size_t sweep_budget = 4096;  // slots per stripe and policy per Sweep
+};
+
+enum class BadFrame { kTooLarge, kEmpty, kInvalid, kTruncated };
+inline constexpr int kBadFrameKinds = 4;
+inline constexpr int kOpTypes = 5;  // wire::OpType values
+enum Outcome { kAllowed, kDenied, kError };
+
+// What one worker thread counts; read by the metrics thread.
+struct WorkerCounters {
+  explicit WorkerCounters(size_t policies) : decisions(policies) {}
+  std::array<std::array<Counter, 3>, kOpTypes + 1> ops;  // [type][Outcome]; last: unknown type
+  std::vector<std::array<Counter, 2>> decisions;         // [policy][allowed, denied]
+  std::array<Counter, kBadFrameKinds> bad_frames;
+  Counter refusals;  // new keys refused at max_keys
+  Counter frames;
+  Counter connections_opened;
+  Counter connections_closed;
+  Histogram frame_latency_us;  // from a whole frame read to its reply encoded
+};
+
+class Node {
+ public:
+  Node(const PolicySet& policies, const Clock& clock, NodeOptions options);
+  ~Node();
+
+  // One per thread that calls HandleFrame. Owned by the node; stable address.
+  class Worker;
+  Worker& AddWorker();
+
+  // Handles one frame (without its length prefix) and appends the reply frame to `out`.
+  // Never throws on any input; bad input is an error reply and a counter.
+  void HandleFrame(Worker& worker, std::span<const uint8_t> body, std::vector<uint8_t>& out);
+  // Appends a Reply frame carrying only `error`, for a connection about to be closed.
+  void ErrorFrame(Worker& worker, std::string_view error, std::vector<uint8_t>& out);
+  static WorkerCounters& CountersOf(Worker& worker);
+
+  // Reclaims expired keys, a bounded amount of work per call; call it periodically.
+  size_t Sweep();
+
+  const NodeOptions& options() const { return options_; }
+  const PolicySet& policies() const { return policies_; }
+  Store& store() { return store_; }
+
+  // Name/value counters for the STATS op and limiterctl.
+  std::vector<std::pair<std::string, int64_t>> Stats();
+  // Prometheus text exposition of every counter.
+  std::string RenderMetrics();
+
+ private:
+  struct OpResult;
+  struct Entry;
+  void HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r);
+  enum class CostUse { kCharge, kUnits, kNone };
+  bool Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use, OpResult& r);
+  void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
+  void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
+  void Return(Worker& w, int64_t units, int64_t leased_at, int64_t now, OpResult& r);
+  void Inspect(Worker& w, int64_t now, OpResult& r);
+  bool Save(Worker& w, const Store::StripeLock& lock, int64_t now);
+  void Count(Worker& w, int type, Outcome outcome);
+
+  const PolicySet& policies_;
+  const Clock& clock_;
+  const NodeOptions options_;
+  Store store_;
+  std::unordered_map<std::string_view, int> policy_index_;
+  const int64_t started_ms_;
+
+  std::mutex workers_mu_;
+  std::vector<std::unique_ptr<Worker>> workers_;  // guarded by workers_mu_ (the vector only)
+};
+
+}  // namespace limiter

@@ -1,0 +1,57 @@
+// Server: limiterd's networking. One asio io_context per worker thread; connections are
+// spread over the workers and stay on theirs, each worker with its own Node::Worker, so the
+// only shared state on the hot path is the store's stripe locks. An admin HTTP port
+// (cpp-httplib) serves /metrics, /healthz and /readyz; a sweeper thread reclaims expired keys.
+//
+// Thread-safety: Start and Run from one thread; Stop from any thread, any number of times.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/node.h"
+
+namespace limiter {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7450";
+  std::string admin = "127.0.0.1:7451";  // empty: no admin port
+  int threads = 0;                       // 0: one per core
+  size_t max_output_bytes = 8u << 20;    // per connection; reading pauses above it
+  int64_t idle_timeout_ms = 60'000;      // a connection silent this long is closed
+  int64_t sweep_interval_ms = 100;
+};
+
+class Server {
+ public:
+  Server(Node& node, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the ports (port 0: any free port). An error message, or nullopt.
+  std::optional<std::string> Start();
+  // Serves until Stop; returns once every thread has finished.
+  void Run();
+  // Stops accepting, closes every connection, ends Run. SIGTERM and SIGINT call it.
+  void Stop();
+
+  std::string listen_address() const;  // host:port as bound
+  std::string admin_address() const;
+  int threads() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Splits "host:port" or "[v6]:port"; nullopt when malformed.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+std::optional<HostPort> ParseHostPort(const std::string& text);
+
+}  // namespace limiter

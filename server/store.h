@@ -1,0 +1,101 @@
+// The node's in-memory store: every key's algorithm state, keyed by a 128-bit xxh3 of
+// (policy, key); key strings are not kept. Keys are spread over stripes, each with its own
+// mutex and one KeyTable per policy, so threads meet on a lock only when they touch the same
+// stripe; an operation on several keys locks their stripes in ascending order.
+//
+// Idle keys expire: a key whose state equals a fresh key's (a full bucket, a past window)
+// carries no information and is reclaimed by Sweep, or on demand at the key bound. Keys with
+// live state are never evicted, since forgetting them would let the key exceed its promise;
+// at max_keys, new keys are refused instead.
+//
+// Thread-safety: the functions taking a Slot or a policy table need the key's stripe locked
+// (StripeLock); the counters are atomics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/key_limiter.h"
+#include "common/policy.h"
+#include "server/key_table.h"
+
+namespace limiter {
+
+class Store {
+ public:
+  struct Options {
+    int64_t max_keys = 10'000'000;
+    size_t stripes = 64;
+  };
+
+  Store(const PolicySet& policies, Options options);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  static KeyId Id(std::string_view policy, std::string_view key);
+  size_t StripeOf(const KeyId& id) const { return id.hi % stripes_.size(); }
+
+  // Locks a set of stripes: `stripes` sorted ascending without repeats. At most kMaxLocks.
+  class StripeLock {
+   public:
+    static constexpr size_t kMaxLocks = 64;
+    StripeLock(Store& store, std::span<const size_t> stripes);
+    ~StripeLock();
+    StripeLock(const StripeLock&) = delete;
+    StripeLock& operator=(const StripeLock&) = delete;
+    std::span<const size_t> stripes() const { return {stripes_.data(), count_}; }
+
+   private:
+    Store& store_;
+    std::array<size_t, kMaxLocks> stripes_;
+    size_t count_;
+  };
+
+  // --- With the key's stripe locked ---
+  Slot* Find(int policy, const KeyId& id);
+  // The state in a slot; a fresh state for nullptr.
+  KeyLimiter Unpack(int policy, const Slot* slot) const;
+  void Pack(int policy, KeyLimiter&& limiter, Slot* slot);
+  // Adds a key; needs a reservation (TryReserve) for it.
+  Slot* Insert(int policy, const KeyId& id);
+  void Erase(int policy, const KeyId& id);
+  // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each.
+  size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget);
+
+  // Room for `n` new keys under max_keys; false (and nothing reserved) when there is none.
+  bool TryReserve(int64_t n);
+
+  // Reclaims expired keys, looking at up to `budget` slots per stripe and policy. Takes the
+  // stripe locks one at a time.
+  size_t Sweep(int64_t now_ms, size_t budget);
+
+  int64_t keys() const { return keys_.load(std::memory_order_relaxed); }
+  int64_t max_keys() const { return max_keys_; }
+  int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
+  size_t table_bytes();  // locks every stripe in turn
+
+ private:
+  struct Stripe {
+    std::mutex mu;
+    std::vector<KeyTable> tables;   // per policy; guarded by mu
+    std::vector<size_t> cursors;    // per policy, where Sweep goes on; guarded by mu
+  };
+  size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
+  bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
+  void Release(int policy, Slot& slot);  // frees what a slot owns
+
+  std::vector<Algorithm> algorithms_;  // per policy
+  std::vector<Rate> rates_;            // per policy
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+  const int64_t max_keys_;
+  std::atomic<int64_t> keys_{0};
+  std::atomic<int64_t> evictions_{0};
+};
+
+}  // namespace limiter
