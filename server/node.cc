@@ -287,31 +287,32 @@ bool Node::Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use,
   };
   for (size_t i = 0; i < n; ++i) {
     const wire::Limit* limit = limits->Get(static_cast<flatbuffers::uoffset_t>(i));
-    const std::string where = "limits[" + std::to_string(i) + "]";
+    const auto where = [i] { return "limits[" + std::to_string(i) + "]"; };  // errors only
     const std::string_view name = limit->policy() ? limit->policy()->string_view() : "";
     const auto it = policy_index_.find(name);
     if (it == policy_index_.end()) {
-      r.Fail(wire::Status::UnknownPolicy, where + ".policy: no policy named '" +
+      r.Fail(wire::Status::UnknownPolicy, where() + ".policy: no policy named '" +
                                               std::string(name.substr(0, kMaxNameBytes)) + "'");
       return false;
     }
     const std::string_view key = limit->key() ? limit->key()->string_view() : "";
     if (key.empty()) {
-      r.Fail(wire::Status::BadRequest, where + ".key is empty");
+      r.Fail(wire::Status::BadRequest, where() + ".key is empty");
       return false;
     }
     if (key.size() > kMaxKeyBytes) {
-      r.Fail(wire::Status::BadRequest, where + ".key is " + std::to_string(key.size()) +
+      r.Fail(wire::Status::BadRequest, where() + ".key is " + std::to_string(key.size()) +
                                            " bytes; at most " + std::to_string(kMaxKeyBytes) +
                                            " are allowed");
       return false;
     }
     if (!add(it->second, key)) {
-      r.Fail(wire::Status::BadRequest, where + " repeats an earlier limit");
+      r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
   }
-  for (size_t i = 0; i < n; ++i) {
+  // INSPECT looks at the named key alone; everything else charges its ancestors too.
+  for (size_t i = 0; i < n && cost_use != CostUse::kNone; ++i) {
     const Policy& p = policies_.policies()[static_cast<size_t>(w.entries[i].policy)];
     for (int a = p.parent_index; a >= 0; a = policies_.policies()[static_cast<size_t>(a)].parent_index) {
       if (tenant.empty()) {
@@ -504,7 +505,9 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   for (size_t t = 0; t < ops.size(); ++t) {
     for (size_t o = 0; o < 3; ++o) {
       if (ops[t][o] == 0) continue;
-      out.emplace_back("ops_" + std::string(kOpNames[t]) + "_" + std::string(kOutcomeNames[o]),
+      const bool decides = t <= 1;  // check, lease
+      const std::string_view outcome = !decides && o == kAllowed ? "ok" : kOutcomeNames[o];
+      out.emplace_back("ops_" + std::string(kOpNames[t]) + "_" + std::string(outcome),
                        static_cast<int64_t>(ops[t][o]));
     }
   }

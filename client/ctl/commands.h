@@ -20,4 +20,32 @@ struct ReplayArgs {
 };
 int RunReplay(const ReplayArgs& args, std::ostream& out, std::ostream& err);
 
+struct CheckArgs {
+  std::string server;  // host:port of one node
+  std::string policy;
+  std::string key;
+  std::string tenant;
+  int64_t cost = 1;
+  std::string op;  // operation name: the policy's cost for it
+  int64_t count = 1;
+  int concurrency = 1;
+  bool dry_run = false;
+  bool json = false;
+};
+int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
+
+struct InspectArgs {
+  std::string server;
+  std::string policy;
+  std::string key;
+  bool json = false;
+};
+int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err);
+
+struct StatsArgs {
+  std::string server;
+  bool json = false;
+};
+int RunStats(const StatsArgs& args, std::ostream& out, std::ostream& err);
+
 }  // namespace limiter::ctl

@@ -1,0 +1,383 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "common/policy_file.h"
+#include "common/wire.h"
+#include "server/node.h"
+
+namespace limiter {
+namespace {
+
+const char* kPolicies = R"(
+policies:
+  - {name: tenant, algorithm: gcra, limit: 300, window: 1h, class: contract}
+  - {name: api_key, algorithm: token_bucket, limit: 100, window: 1h, class: contract,
+     parent: tenant, costs: {report: 20}}
+  - {name: ip, algorithm: fixed_window, limit: 5, window: 1s, class: security}
+  - {name: user, algorithm: sliding_log, limit: 3, window: 1s, class: contract}
+  - {name: leased, algorithm: token_bucket, limit: 10, window: 1s, class: contract,
+     lease: {size: 4, ttl: 2s}}
+)";
+
+class NodeTest : public ::testing::Test {
+ protected:
+  explicit NodeTest(int64_t max_keys = 1000) {
+    Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+    NodeOptions options;
+    options.store.max_keys = max_keys;
+    options.store.stripes = 8;
+    node_ = std::make_unique<Node>(policies_, clock_, options);
+    worker_ = &node_->AddWorker();
+  }
+
+  // Sends what the builder holds; returns the verified reply (kept alive in reply_bytes_).
+  const wire::Reply& Send(RequestBuilder& b) { return SendBody(b.Finish()); }
+
+  const wire::Reply& SendBody(std::span<const uint8_t> body) {
+    reply_bytes_.clear();
+    node_->HandleFrame(*worker_, body, reply_bytes_);
+    const FrameResult f = DecodeFrame(reply_bytes_, 64u << 20);
+    EXPECT_EQ(f.status, FrameStatus::kFrame);
+    EXPECT_EQ(f.consumed, reply_bytes_.size());
+    const wire::Reply* reply = VerifiedReply(f.body);
+    EXPECT_NE(reply, nullptr);
+    return *reply;
+  }
+
+  // One op in, its reply out.
+  const wire::OpReply& One(RequestBuilder& b) {
+    const wire::Reply& r = Send(b);
+    EXPECT_EQ(r.ops()->size(), 1u);
+    b.Clear();
+    return *r.ops()->Get(0);
+  }
+
+  bool Check(const std::string& policy, const std::string& key, const std::string& tenant = "",
+             int64_t cost = 1) {
+    RequestBuilder b;
+    b.Check(1, policy, key, tenant, cost);
+    const wire::OpReply& r = One(b);
+    EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
+    return r.allowed();
+  }
+
+  std::string ErrorOf(RequestBuilder& b, wire::Status expected) {
+    const wire::OpReply& r = One(b);
+    EXPECT_EQ(r.status(), expected);
+    EXPECT_FALSE(r.allowed());
+    return r.error() ? r.error()->str() : "";
+  }
+
+  int64_t Stat(const std::string& name) {
+    for (const auto& [n, v] : node_->Stats()) {
+      if (n == name) return v;
+    }
+    return -1;
+  }
+
+  ManualClock clock_{1'000'000};
+  PolicySet policies_;
+  std::unique_ptr<Node> node_;
+  Node::Worker* worker_;
+  std::vector<uint8_t> reply_bytes_;
+};
+
+TEST_F(NodeTest, CheckAdmitsUpToTheLimitThenSaysWhenToRetry) {
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Check("ip", "10.0.0.1"));
+  RequestBuilder b;
+  b.Check(42, "ip", "10.0.0.1");
+  const wire::OpReply& r = One(b);
+  EXPECT_EQ(r.id(), 42u);
+  EXPECT_FALSE(r.allowed());
+  EXPECT_EQ(r.denied_by(), 0);
+  EXPECT_EQ(r.denied_policy()->str(), "ip");
+  EXPECT_EQ(r.retry_after_ms(), 1000);  // 1,000,000 is a window start
+  ASSERT_EQ(r.results()->size(), 1u);
+  EXPECT_EQ(r.results()->Get(0)->remaining(), 0);
+  EXPECT_TRUE(Check("ip", "10.0.0.2"));  // other keys are untouched
+  clock_.Advance(1000);
+  EXPECT_TRUE(Check("ip", "10.0.0.1"));
+}
+
+TEST_F(NodeTest, NestedLimitsChargeTheTenantToo) {
+  // 50 keys of 100 each under a tenant of 300: the tenant is the limit.
+  int allowed = 0;
+  for (int round = 0; round < 10; ++round) {
+    for (int k = 0; k < 50; ++k) allowed += Check("api_key", std::to_string(k) + "key", "acme");
+  }
+  EXPECT_EQ(allowed, 300);
+  RequestBuilder b;
+  b.Check(1, "api_key", "0key", "acme");
+  const wire::OpReply& r = One(b);
+  EXPECT_FALSE(r.allowed());
+  EXPECT_EQ(r.denied_policy()->str(), "tenant");
+  EXPECT_EQ(r.denied_by(), 1);  // results: the key, then its tenant
+  ASSERT_EQ(r.results()->size(), 2u);
+  EXPECT_TRUE(r.results()->Get(0)->allowed());
+  EXPECT_EQ(r.results()->Get(0)->remaining(), 100 - 6);  // not charged by the denial
+  EXPECT_TRUE(Check("api_key", "0key", "other-tenant"));
+}
+
+TEST_F(NodeTest, AMultiLimitCheckChargesAllOrNone) {
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Check("user", "u1"));
+  const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "1.2.3.4"}, {"user", "u1"}};
+  RequestBuilder b;
+  b.CheckMany(7, limits, "", 1);
+  const wire::OpReply& r = One(b);
+  EXPECT_FALSE(r.allowed());
+  EXPECT_EQ(r.denied_by(), 1);
+  // The ip limit passed but was not charged: all five are still there.
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Check("ip", "1.2.3.4"));
+  EXPECT_FALSE(Check("ip", "1.2.3.4"));
+}
+
+TEST_F(NodeTest, DryRunChargesNothingAndOperationsHaveCosts) {
+  RequestBuilder b;
+  b.Check(1, "api_key", "k", "t", 1, "report", /*dry_run=*/true);
+  const wire::OpReply& dry = One(b);
+  EXPECT_TRUE(dry.allowed());
+  EXPECT_EQ(dry.results()->Get(0)->remaining(), 100);  // nothing was charged
+  b.Check(2, "api_key", "k", "t", 1, "report");
+  EXPECT_EQ(One(b).results()->Get(0)->remaining(), 80);
+  b.Check(3, "api_key", "k", "t", 1, "report");
+  EXPECT_EQ(One(b).results()->Get(0)->remaining(), 60);
+}
+
+TEST_F(NodeTest, LeaseGrantsWhatTheWholeChainHasAndReturnGivesItBack) {
+  RequestBuilder b;
+  b.Lease(1, "leased", "k", "", 7);
+  const wire::OpReply& first = One(b);
+  EXPECT_EQ(first.status(), wire::Status::Ok);
+  EXPECT_EQ(first.granted(), 7);
+  EXPECT_EQ(first.granted_at_ms(), clock_.NowMs());
+  EXPECT_EQ(first.lease_ttl_ms(), 2000);
+  EXPECT_EQ(first.suggested_lease(), 4);
+  b.Lease(2, "leased", "k", "", 7);
+  EXPECT_EQ(One(b).granted(), 3);
+  b.Lease(3, "leased", "k", "", 7);
+  const wire::OpReply& empty = One(b);
+  EXPECT_EQ(empty.granted(), 0);
+  EXPECT_FALSE(empty.allowed());
+  EXPECT_EQ(empty.retry_after_ms(), 100);
+  const int64_t leased_at = clock_.NowMs();
+  b.Return(4, "leased", "k", "", 5, leased_at);
+  EXPECT_EQ(One(b).status(), wire::Status::Ok);
+  b.Lease(5, "leased", "k", "", 9);
+  EXPECT_EQ(One(b).granted(), 5);
+
+  // Through a parent: the tenant's remaining bounds the grant.
+  for (int i = 0; i < 299; ++i) ASSERT_TRUE(Check("tenant", "acme"));
+  b.Lease(6, "api_key", "k9", "acme", 10);
+  EXPECT_EQ(One(b).granted(), 1);
+}
+
+TEST_F(NodeTest, InspectShowsTheStateAndStatsTheCounters) {
+  RequestBuilder b;
+  b.Inspect(1, "user", "nobody");
+  const wire::OpReply& fresh = One(b);
+  EXPECT_EQ(fresh.status(), wire::Status::Ok);
+  ASSERT_NE(fresh.state(), nullptr);
+  EXPECT_FALSE(fresh.state()->tracked());
+  EXPECT_EQ(fresh.state()->algorithm()->str(), "sliding_log");
+  EXPECT_EQ(fresh.results()->Get(0)->remaining(), 3);
+  EXPECT_TRUE(Check("user", "u2"));
+  EXPECT_TRUE(Check("user", "u2"));
+  b.Inspect(2, "user", "u2");
+  const wire::OpReply& used = One(b);
+  EXPECT_TRUE(used.state()->tracked());
+  EXPECT_EQ(used.results()->Get(0)->remaining(), 1);
+  bool saw_total = false;
+  for (const wire::Stat* f : *used.state()->fields()) {
+    if (f->name()->str() == "total") {
+      saw_total = true;
+      EXPECT_EQ(f->value(), 2);
+    }
+  }
+  EXPECT_TRUE(saw_total);
+
+  b.Stats(3);
+  const wire::OpReply& stats = One(b);
+  ASSERT_NE(stats.stats(), nullptr);
+  bool saw_keys = false;
+  for (const wire::Stat* s : *stats.stats()) {
+    if (s->name()->str() == "keys") {
+      saw_keys = true;
+      EXPECT_EQ(s->value(), 1);
+    }
+  }
+  EXPECT_TRUE(saw_keys);
+}
+
+TEST_F(NodeTest, HelloTellsTheProtocolVersion) {
+  RequestBuilder b;
+  b.Hello("test");
+  const wire::Reply& r = Send(b);
+  ASSERT_NE(r.hello(), nullptr);
+  EXPECT_EQ(r.hello()->protocol_version(), kProtocolVersion);
+  EXPECT_EQ(r.hello()->max_frame_bytes(), kDefaultMaxFrameBytes);
+  EXPECT_EQ(r.ops()->size(), 0u);
+}
+
+TEST_F(NodeTest, BadOpsGetErrorRepliesAndTheRestOfTheFrameIsServed) {
+  RequestBuilder b;
+  b.Check(1, "nope", "k");
+  EXPECT_EQ(ErrorOf(b, wire::Status::UnknownPolicy), "limits[0].policy: no policy named 'nope'");
+  b.Check(1, "ip", "");
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "limits[0].key is empty");
+  b.Check(1, "ip", std::string(257, 'k'));
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "limits[0].key is 257 bytes; at most 256 are allowed");
+  for (int64_t cost : {int64_t{0}, int64_t{-5}, int64_t{1'000'000'001}}) {
+    b.Check(1, "ip", "k", "", cost);
+    EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+              "cost must be between 1 and 1000000000, got " + std::to_string(cost));
+  }
+  b.Check(1, "api_key", "k");
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "limits[0]: policy 'api_key' nests under 'tenant'; the op needs a tenant");
+  b.Lease(1, "ip", "k", "", 1);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "policy 'ip' is mode: strict; it takes CHECK, not LEASE");
+  b.Return(1, "leased", "k", "", 1, clock_.NowMs() + 1);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "leased_at_ms " + std::to_string(clock_.NowMs() + 1) +
+                " is not a time this node granted a lease");
+  const std::pair<std::string_view, std::string_view> twice[] = {{"ip", "a"}, {"ip", "a"}};
+  b.CheckMany(1, twice, "", 1);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "limits[1] repeats an earlier limit");
+  std::vector<std::pair<std::string_view, std::string_view>> many(17, {"ip", "x"});
+  b.CheckMany(1, many, "", 1);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "the op names 17 limits; at most 16 are allowed");
+  b.CheckMany(1, {}, "", 1);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "the op names no limit");
+
+  // One frame mixing bad and good ops: each gets its own answer.
+  b.Check(10, "ip", "", "", 1);
+  b.Check(11, "ip", "fine");
+  b.Check(12, "ip", "fine", "", 0);
+  const wire::Reply& mixed = Send(b);
+  ASSERT_EQ(mixed.ops()->size(), 3u);
+  EXPECT_EQ(mixed.ops()->Get(0)->status(), wire::Status::BadRequest);
+  EXPECT_EQ(mixed.ops()->Get(1)->status(), wire::Status::Ok);
+  EXPECT_TRUE(mixed.ops()->Get(1)->allowed());
+  EXPECT_EQ(mixed.ops()->Get(2)->id(), 12u);
+  EXPECT_EQ(mixed.ops()->Get(2)->status(), wire::Status::BadRequest);
+  EXPECT_GE(Stat("ops_check_error"), 10);
+}
+
+TEST_F(NodeTest, UnknownOpTypeIsAnErrorReply) {
+  // Build an op whose type byte is out of the enum's range.
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::OpBuilder op(fbb);
+  op.add_id(5);
+  op.add_type(static_cast<wire::OpType>(9));
+  const auto o = op.Finish();
+  const auto ops = fbb.CreateVector(&o, 1);
+  wire::RequestBuilder req(fbb);
+  req.add_ops(ops);
+  fbb.Finish(req.Finish());
+  const wire::Reply& r = SendBody({fbb.GetBufferPointer(), fbb.GetSize()});
+  ASSERT_EQ(r.ops()->size(), 1u);
+  EXPECT_EQ(r.ops()->Get(0)->id(), 5u);
+  EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::BadRequest);
+  EXPECT_EQ(r.ops()->Get(0)->error()->str(), "unknown op type 9");
+  EXPECT_EQ(Stat("ops_unknown_error"), 1);
+}
+
+TEST_F(NodeTest, ABodyThatFailsVerificationGetsAnErrorReply) {
+  const std::vector<uint8_t> garbage = {0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8};
+  const wire::Reply& r = SendBody(garbage);
+  ASSERT_NE(r.error(), nullptr);
+  EXPECT_EQ(r.error()->str(), "frame is not a valid Request (FlatBuffers verification failed)");
+  EXPECT_EQ(Stat("bad_frames_invalid"), 1);
+  EXPECT_TRUE(Check("ip", "still-serving"));
+}
+
+class SmallNodeTest : public NodeTest {
+ protected:
+  SmallNodeTest() : NodeTest(/*max_keys=*/3) {}
+};
+
+TEST_F(SmallNodeTest, NewKeysAreRefusedAtTheBoundUntilOldOnesExpire) {
+  EXPECT_TRUE(Check("ip", "a"));
+  EXPECT_TRUE(Check("ip", "b"));
+  EXPECT_TRUE(Check("ip", "c"));
+  RequestBuilder b;
+  b.Check(1, "ip", "d");
+  EXPECT_EQ(ErrorOf(b, wire::Status::KeysExhausted),
+            "the node holds its maximum of 3 keys; new keys are refused");
+  EXPECT_EQ(Stat("refusals"), 1);
+  EXPECT_TRUE(Check("ip", "a"));  // known keys are still served
+  // Nothing was charged for the refused op's other limits either.
+  b.Check(2, "tenant", "t1");
+  EXPECT_EQ(ErrorOf(b, wire::Status::KeysExhausted),
+            "the node holds its maximum of 3 keys; new keys are refused");
+  // A second later every fixed window has passed: the keys carry nothing and make room.
+  clock_.Advance(1000);
+  EXPECT_TRUE(Check("ip", "d"));
+  EXPECT_GE(Stat("evictions"), 1);
+}
+
+TEST_F(NodeTest, SweepReclaimsExpiredKeysOnly) {
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(Check("ip", std::to_string(i) + "k"));
+  EXPECT_TRUE(Check("tenant", "long-lived"));
+  EXPECT_EQ(Stat("keys"), 21);
+  EXPECT_EQ(node_->Sweep(), 0u);  // nothing has expired yet
+  clock_.Advance(1000);
+  EXPECT_EQ(node_->Sweep(), 20u);
+  EXPECT_EQ(Stat("keys"), 1);
+  EXPECT_EQ(Stat("evictions"), 20);
+  RequestBuilder b;
+  b.Inspect(1, "tenant", "long-lived");
+  EXPECT_TRUE(One(b).state()->tracked());
+}
+
+TEST_F(NodeTest, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
+  // 8 threads, each with its own worker, 100 checks each at the tenant limit of 300.
+  std::vector<Node::Worker*> workers;
+  for (int t = 0; t < 8; ++t) workers.push_back(&node_->AddWorker());
+  std::atomic<int> allowed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      RequestBuilder b;
+      std::vector<uint8_t> out;
+      for (int i = 0; i < 100; ++i) {
+        b.Clear();
+        b.Check(static_cast<uint64_t>(i), "tenant", "shared");
+        out.clear();
+        node_->HandleFrame(*workers[static_cast<size_t>(t)], b.Finish(), out);
+        const FrameResult f = DecodeFrame(out, 1u << 20);
+        const wire::Reply* r = VerifiedReply(f.body);
+        if (r && r->ops()->Get(0)->allowed()) allowed.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(allowed.load(), 300);
+}
+
+TEST_F(NodeTest, MetricsAreInPrometheusTextFormat) {
+  EXPECT_TRUE(Check("ip", "m"));
+  const std::string text = node_->RenderMetrics();
+  EXPECT_NE(text.find("limiter_ops_total{op=\"check\",outcome=\"allowed\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("limiter_decisions_total{policy=\"ip\",result=\"allowed\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("limiter_keys 1\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE limiter_frame_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("limiter_frame_duration_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(text.find("process_resident_memory_bytes "), std::string::npos);
+  EXPECT_NE(text.find("limiter_bad_frames_total{reason=\"too_large\"} 0\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace limiter
