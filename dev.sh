@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, runs.
 #   ./dev.sh main    the main job (Release build)
-#   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror), what CI runs
+#   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror; the client also under
+#                    TSan), what CI runs
 #   ./dev.sh bench   the micro benchmarks (Release build)
+#   ./dev.sh fuzz    the frame fuzzer (clang++, libFuzzer) for FUZZ_SECONDS (600) on a copy of
+#                    the seed corpus; extra arguments go to the fuzzer
 # A second run rebuilds only what changed (ninja, and ccache when present).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,12 +31,14 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# build DIR CMAKE_ARGS...: configure once, then build incrementally.
+# build DIR CMAKE_ARGS... [-- TARGETS...]: configure once, then build incrementally.
 build() {
-  local dir=$1
+  local dir=$1 args=() targets=()
   shift
-  [ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir" -j "$JOBS"
+  while (($#)) && [ "$1" != "--" ]; do args+=("$1"); shift; done
+  (($#)) && shift && targets=(--target "$@")
+  [ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null
+  cmake --build "$dir" -j "$JOBS" "${targets[@]}"
 }
 
 case "${1:-}" in
@@ -48,12 +53,32 @@ case "${1:-}" in
     build build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \
       -DLIMITER_SANITIZE=address,undefined
     ctest --test-dir build-test --output-on-failure -j "$JOBS" --timeout 600
+    # The gateway library again under ThreadSanitizer: its simulation and its real-process
+    # tests, 8 threads through Decide among them.
+    build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \
+      -DLIMITER_SANITIZE=thread -- limiter_client_tests limiter_client_integration_tests limiterd
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/test/limiter_client_tests
+    TSAN_OPTIONS="halt_on_error=1" build-tsan/test/limiter_client_integration_tests
     ;;
   bench)
     install_missing
     build build -DCMAKE_BUILD_TYPE=Release
-    build/bench/limiter_micro_bench --benchmark_repetitions=10 \
+    build/bench/limiter_micro_bench --benchmark_min_time=2 --benchmark_repetitions=10 \
       --benchmark_report_aggregates_only=true "${@:2}"
+    ;;
+  fuzz)
+    PACKAGES+=(clang libclang-rt-14-dev)
+    install_missing
+    [ -f build-fuzz/build.ninja ] || CXX=clang++ cmake -S . -B build-fuzz -G Ninja \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_FUZZ=ON >/dev/null
+    cmake --build build-fuzz -j "$JOBS" --target limiter_frame_fuzzer
+    # New inputs go to a copy: the committed corpus stays small and hand-picked.
+    corpus="$(mktemp -d)"
+    trap 'rm -rf "$corpus"' EXIT
+    cp test/fuzz/corpus/* "$corpus"/
+    mkdir -p build-fuzz/artifacts
+    build-fuzz/test/fuzz/limiter_frame_fuzzer "$corpus" -max_total_time="${FUZZ_SECONDS:-600}" \
+      -artifact_prefix=build-fuzz/artifacts/ "${@:2}"
     ;;
   *)
     echo "usage: ./dev.sh main|test|bench" >&2

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/frame_codec.h"
+#include "common/read_buffer.h"
 #include "common/wire.h"
 
 namespace limiter {
@@ -20,8 +21,10 @@ namespace limiter {
 struct NodeConnection::Impl {
   int fd = -1;
   bool eof = false;
-  std::vector<uint8_t> in;
+  ReadBuffer in;
   size_t frame_end = 0;  // bytes of `in` that belong to the last frame returned
+  std::vector<uint64_t> aligned;  // the last reply, copied to 8-byte alignment
+  std::vector<uint8_t> out;       // the frame being sent
   ~Impl() {
     if (fd >= 0) ::close(fd);
   }
@@ -108,33 +111,31 @@ std::optional<std::string> NodeConnection::SendRaw(std::span<const uint8_t> byte
 }
 
 std::optional<std::string> NodeConnection::Send(std::span<const uint8_t> body) {
-  std::vector<uint8_t> frame;
-  frame.reserve(body.size() + kFrameHeaderBytes);
-  AppendFrame(frame, body);
-  return SendRaw(frame);
+  impl_->out.clear();
+  AppendFrame(impl_->out, body);
+  return SendRaw(impl_->out);
 }
 
 Result<const wire::Reply*> NodeConnection::Receive() {
   Impl& c = *impl_;
-  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.frame_end));
+  c.in.Consume(c.frame_end);
   c.frame_end = 0;
   // Replies may be larger than requests; accept up to 64 MiB.
   constexpr uint32_t kMaxReply = 64u << 20;
   while (true) {
-    const FrameResult frame = DecodeFrame(c.in, kMaxReply);
+    const FrameResult frame = DecodeFrame(c.in.readable(), kMaxReply);
     if (frame.status == FrameStatus::kFrame) {
       c.frame_end = frame.consumed;
-      const wire::Reply* reply = VerifiedReply(frame.body);
+      const wire::Reply* reply = VerifiedReply(frame.body, c.aligned);
       if (!reply) return Error{"the node sent a reply that fails verification"};
       return reply;
     }
     if (frame.status != FrameStatus::kNeedMore) {
       return Error{"the node sent a bad frame: " + DescribeFrameError(frame, kMaxReply)};
     }
-    const size_t used = c.in.size();
-    c.in.resize(used + 64 * 1024);
-    const ssize_t n = ::recv(c.fd, c.in.data() + used, 64 * 1024, 0);
-    c.in.resize(used + static_cast<size_t>(n > 0 ? n : 0));
+    const std::span<uint8_t> space = c.in.Space(64 * 1024);
+    const ssize_t n = ::recv(c.fd, space.data(), space.size(), 0);
+    if (n > 0) c.in.Commit(static_cast<size_t>(n));
     if (n == 0) {
       c.eof = true;
       return Error{"the node closed the connection"};

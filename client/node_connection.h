@@ -1,6 +1,7 @@
 // NodeConnection: one blocking TCP connection to a limiterd node, speaking frames. Requests
 // may be pipelined: Send several, then Receive the replies in the same order. Used by
-// limiterctl, the load harness and the tests. Not thread-safe; one per thread.
+// limiterctl, the load harness and the tests. Not thread-safe, except that one thread may
+// SendRaw while another Receives (they share only the socket).
 #pragma once
 
 #include <cstdint>

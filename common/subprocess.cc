@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,9 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::str
     return Error{std::string("fork: ") + std::strerror(errno)};
   }
   if (pid == 0) {
+    // Die with the thread that started us, even if it never got to stop us (a crashed test
+    // must not leave nodes behind, holding its output open).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(pipe_fds[1], STDOUT_FILENO);
     ::execvp(args[0], args.data());
     const std::string msg = "cannot run " + argv[0] + ": " + std::strerror(errno) + "\n";

@@ -3,7 +3,8 @@
 // nodes and redis-server with it, and integration tests start real binaries.
 //
 // The destructor stops the child: SIGTERM, then SIGKILL if it has not exited within 5 s.
-// Not thread-safe.
+// The child is also killed when the thread that started it ends (PR_SET_PDEATHSIG), so a
+// crashed parent leaves nothing behind. Not thread-safe.
 #pragma once
 
 #include <memory>

@@ -1,10 +1,25 @@
 #include "common/wire.h"
 
+#include <cstring>
+
 namespace limiter {
 namespace {
 
+bool Aligned(std::span<const uint8_t> body) {
+  return reinterpret_cast<uintptr_t>(body.data()) % alignof(uint64_t) == 0;
+}
+
+std::span<const uint8_t> AlignedBody(std::span<const uint8_t> body,
+                                     std::vector<uint64_t>& storage) {
+  if (Aligned(body)) return body;
+  storage.resize((body.size() + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+  std::memcpy(storage.data(), body.data(), body.size());
+  return {reinterpret_cast<const uint8_t*>(storage.data()), body.size()};
+}
+
 template <class T>
 const T* Verified(std::span<const uint8_t> body) {
+  if (!Aligned(body)) return nullptr;
   // Depth and table counts bound the work a hostile frame can cause.
   flatbuffers::Verifier verifier(body.data(), body.size(), /*max_depth=*/16,
                                  /*max_tables=*/1u << 20);
@@ -20,6 +35,15 @@ const wire::Request* VerifiedRequest(std::span<const uint8_t> body) {
 
 const wire::Reply* VerifiedReply(std::span<const uint8_t> body) {
   return Verified<wire::Reply>(body);
+}
+
+const wire::Request* VerifiedRequest(std::span<const uint8_t> body,
+                                     std::vector<uint64_t>& storage) {
+  return Verified<wire::Request>(AlignedBody(body, storage));
+}
+
+const wire::Reply* VerifiedReply(std::span<const uint8_t> body, std::vector<uint64_t>& storage) {
+  return Verified<wire::Reply>(AlignedBody(body, storage));
 }
 
 }  // namespace limiter

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "common/membership.h"
 #include "common/read_file.h"
 #include "common/yaml_reader.h"
 
@@ -13,8 +14,9 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   return LoadYaml<NodeConfig>(*text, path, [&](YamlReader& r, const YAML::Node& root) {
     NodeConfig c;
     if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
-    const auto fields = r.Fields(root, "", {"name", "listen", "admin", "policies", "threads",
-                                            "max_keys", "idle_timeout", "max_frame"});
+    const auto fields =
+        r.Fields(root, "", {"name", "listen", "admin", "policies", "threads", "max_keys",
+                            "idle_timeout", "max_frame", "members", "members_dns", "self"});
     for (const auto& [name, f] : fields) {
       if (name == "name") {
         c.node.name = r.Scalar(f, name);
@@ -38,6 +40,18 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.node.store.max_keys = r.PositiveInt(f, name);
       } else if (name == "idle_timeout") {
         c.server.idle_timeout_ms = r.DurationMs(f, name);
+      } else if (name == "members") {
+        if (!f.value.IsSequence()) r.Fail(f.value, name, "expected a list of HOST:PORT");
+        for (const auto& m : f.value) {
+          if (!m.IsScalar()) r.Fail(m, name, "expected HOST:PORT");
+          Result<std::vector<std::string>> one = ParseMemberList(m.Scalar());
+          if (!one || one->size() != 1) r.Fail(m, name, one ? "expected one HOST:PORT" : one.error());
+          c.node.members.push_back(one->front());
+        }
+      } else if (name == "members_dns") {
+        c.server.members_dns = r.Scalar(f, name);
+      } else if (name == "self") {
+        c.node.self = r.Scalar(f, name);
       } else if (name == "max_frame") {
         const int64_t n = r.PositiveInt(f, name);
         if (n < 1024 || n > (int64_t{64} << 20)) {

@@ -8,6 +8,9 @@
 //   max_keys: 10000000
 //   idle_timeout: 60s            # close connections silent this long
 //   max_frame: 1048576           # bytes
+//   members: [10.0.0.1:7450, 10.0.0.2:7450]   # the cluster; default: standalone
+//   members_dns: limiterd.ns.svc:7450         # or: one name, re-resolved every 5 s
+//   self: 10.0.0.1:7450          # this node among the members
 #pragma once
 
 #include <string>

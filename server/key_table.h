@@ -12,14 +12,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/key_id.h"
+
 namespace limiter {
 
-// 128-bit xxh3 of (policy, key). Never all zero (that marks an empty slot).
-struct KeyId {
-  uint64_t lo = 0;
-  uint64_t hi = 0;
-  friend bool operator==(const KeyId&, const KeyId&) = default;
-};
 
 struct Slot {
   KeyId id;

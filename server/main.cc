@@ -1,10 +1,12 @@
 // limiterd: the shard node. Wiring only; everything else is in the limiter_server library.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include "common/clock.h"
+#include "common/membership.h"
 #include "common/policy_file.h"
 #include "server/config.h"
 
@@ -21,6 +23,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--max-keys", max_keys, "Most keys held at once")->check(CLI::PositiveNumber);
   app.add_option("--name", name, "Node name");
+  std::string members, members_dns, self;
+  app.add_option("--members", members, "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
+  app.add_option("--members-dns", members_dns, "Or NAME:PORT resolving to every node, re-resolved");
+  app.add_option("--self", self, "This node's HOST:PORT among the members");
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -38,6 +44,27 @@ int main(int argc, char** argv) {
   if (threads > 0) config.server.threads = threads;
   if (max_keys > 0) config.node.store.max_keys = max_keys;
   if (!name.empty()) config.node.name = name;
+  if (!members.empty()) {
+    limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(members);
+    if (!list) {
+      std::cerr << "limiterd: --members: " << list.error() << '\n';
+      return 1;
+    }
+    config.node.members = std::move(list).value();
+  }
+  if (!members_dns.empty()) config.server.members_dns = members_dns;
+  if (!self.empty()) config.node.self = self;
+  if ((!config.node.members.empty() || !config.server.members_dns.empty()) &&
+      config.node.self.empty()) {
+    std::cerr << "limiterd: a node in a cluster needs --self HOST:PORT (its own member entry)\n";
+    return 1;
+  }
+  if (!config.node.members.empty() &&
+      std::find(config.node.members.begin(), config.node.members.end(), config.node.self) ==
+          config.node.members.end()) {
+    std::cerr << "limiterd: --self " << config.node.self << " is not in the member list\n";
+    return 1;
+  }
   if (config.policies_path.empty()) {
     std::cerr << "limiterd: no policy file: give --policies FILE or policies: in --config\n";
     return 1;

@@ -30,6 +30,7 @@ struct Node::OpResult {
   int64_t granted_at_ms = 0;
   int64_t lease_ttl_ms = 0;
   int64_t suggested_lease = 0;
+  bool wrong_owner = false;
   bool inspected = false;
   bool tracked = false;
   bool with_stats = false;
@@ -50,6 +51,7 @@ class Node::Worker {
   std::vector<size_t> stripes;
   std::vector<flatbuffers::Offset<wire::OpReply>> replies;
   std::vector<wire::LimitResult> results;
+  std::vector<uint64_t> aligned;  // a request body copied to 8-byte alignment
 };
 
 namespace {
@@ -78,6 +80,17 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   for (size_t i = 0; i < policies.policies().size(); ++i) {
     policy_index_.emplace(policies.policies()[i].name, static_cast<int>(i));
   }
+  ring_.store(std::make_shared<const Ring>(options_.members));
+}
+
+std::optional<std::string> Node::SetMembers(std::vector<std::string> members) {
+  auto ring = std::make_shared<const Ring>(std::move(members));
+  const auto& m = ring->members();
+  if (!ring->empty() && std::find(m.begin(), m.end(), options_.self) == m.end()) {
+    return "this node (" + options_.self + ") is not in the member list";
+  }
+  ring_.store(std::move(ring));
+  return std::nullopt;
 }
 
 Node::~Node() = default;
@@ -107,26 +120,34 @@ void Node::ErrorFrame(Worker& w, std::string_view error, std::vector<uint8_t>& o
 void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uint8_t>& out) {
   const auto started = std::chrono::steady_clock::now();
   w.counters.frames.Add();
-  const wire::Request* request = VerifiedRequest(body);
+  const wire::Request* request = VerifiedRequest(body, w.aligned);
   if (request == nullptr) {
     w.counters.bad_frames[static_cast<size_t>(BadFrame::kInvalid)].Add();
     ErrorFrame(w, "frame is not a valid Request (FlatBuffers verification failed)", out);
     return;
   }
   const int64_t now = clock_.NowMs();
+  const std::shared_ptr<const Ring> ring = ring_.load();
   auto& fbb = w.fbb;
   fbb.Clear();
+  auto members = [&] {
+    std::vector<flatbuffers::Offset<flatbuffers::String>> list;
+    for (const std::string& m : ring->members()) list.push_back(fbb.CreateString(m));
+    return fbb.CreateVector(list);
+  };
   flatbuffers::Offset<wire::HelloReply> hello;
   if (request->hello()) {
-    hello = wire::CreateHelloReply(fbb, kProtocolVersion, /*ring_version=*/0,
-                                   fbb.CreateString(options_.name), options_.max_frame_bytes);
+    const auto name = fbb.CreateString(options_.name);
+    const auto list = members();
+    hello = wire::CreateHelloReply(fbb, kProtocolVersion, ring->version(), name,
+                                   options_.max_frame_bytes, list);
   }
   w.replies.clear();
   if (const auto* ops = request->ops()) {
     for (const wire::Op* op : *ops) {
       OpResult r;
       w.results.clear();
-      HandleOp(w, *op, now, r);
+      HandleOp(w, *op, *ring, now, r);
       const auto error = r.error.empty() ? 0 : fbb.CreateString(r.error);
       const auto denied_policy =
           r.denied_by >= 0
@@ -145,6 +166,8 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
             fbb, fbb.CreateString(std::string(AlgorithmName(e.limiter.algorithm()))), r.tracked,
             fbb.CreateVector(fields));
       }
+      flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> owners;
+      if (r.wrong_owner) owners = members();
       flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Stat>>> stats;
       if (r.with_stats) {
         std::vector<flatbuffers::Offset<wire::Stat>> list;
@@ -168,6 +191,10 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
       b.add_suggested_lease(r.suggested_lease);
       if (!state.IsNull()) b.add_state(state);
       if (!stats.IsNull()) b.add_stats(stats);
+      if (r.wrong_owner) {
+        b.add_ring_version(ring->version());
+        b.add_members(owners);
+      }
       w.replies.push_back(b.Finish());
     }
   }
@@ -183,17 +210,18 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
           .count()));
 }
 
-void Node::HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r) {
+void Node::HandleOp(Worker& w, const wire::Op& op, const Ring& ring, int64_t now,
+                    OpResult& r) {
   w.entries.clear();
   const int type = static_cast<int>(op.type());
   switch (op.type()) {
     case wire::OpType::Check: {
-      if (!Resolve(w, op, /*single=*/false, CostUse::kCharge, r)) break;
+      if (!Resolve(w, op, ring, /*single=*/false, CostUse::kCharge, r)) break;
       Check(w, op.dry_run(), now, r);
       break;
     }
     case wire::OpType::Lease: {
-      if (!Resolve(w, op, /*single=*/true, CostUse::kUnits, r)) break;
+      if (!Resolve(w, op, ring, /*single=*/true, CostUse::kUnits, r)) break;
       const Policy& p = policies_.policies()[static_cast<size_t>(w.entries.front().policy)];
       if (p.mode == LeaseMode::kStrict) {
         r.Fail(wire::Status::BadRequest,
@@ -204,7 +232,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r) {
       break;
     }
     case wire::OpType::Return: {
-      if (!Resolve(w, op, /*single=*/true, CostUse::kUnits, r)) break;
+      if (!Resolve(w, op, ring, /*single=*/true, CostUse::kUnits, r)) break;
       if (op.leased_at_ms() > now || op.leased_at_ms() < 0) {
         r.Fail(wire::Status::BadRequest, "leased_at_ms " + std::to_string(op.leased_at_ms()) +
                                              " is not a time this node granted a lease");
@@ -214,7 +242,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r) {
       break;
     }
     case wire::OpType::Inspect: {
-      if (!Resolve(w, op, /*single=*/true, CostUse::kNone, r)) break;
+      if (!Resolve(w, op, ring, /*single=*/true, CostUse::kNone, r)) break;
       Inspect(w, now, r);
       break;
     }
@@ -234,7 +262,8 @@ void Node::HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r) {
 }
 
 // Fills w.entries with the op's limits, then their ancestors keyed by the tenant, once each.
-bool Node::Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use, OpResult& r) {
+bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
+                   CostUse cost_use, OpResult& r) {
   const auto* limits = op.limits();
   const size_t n = limits ? limits->size() : 0;
   if (n == 0) {
@@ -310,6 +339,16 @@ bool Node::Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use,
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
+    // The routing key: the tenant when the policy nests under one, else the key.
+    const bool nested = policies_.policies()[static_cast<size_t>(it->second)].parent_index >= 0;
+    const std::string_view routing = nested && !tenant.empty() ? tenant : key;
+    if (!ring.empty() && ring.Owner(routing) != options_.self) {
+      r.wrong_owner = true;
+      r.Fail(wire::Status::WrongOwner, where() + ": " + options_.self + " does not own '" +
+                                           std::string(routing) + "'; " + ring.Owner(routing) +
+                                           " does (ring " + std::to_string(ring.version()) + ")");
+      return false;
+    }
   }
   // INSPECT looks at the named key alone; everything else charges its ancestors too.
   for (size_t i = 0; i < n && cost_use != CostUse::kNone; ++i) {
@@ -328,16 +367,20 @@ bool Node::Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use,
 }
 
 bool Node::Save(Worker& w, const Store::StripeLock& lock, int64_t now) {
-  int64_t fresh = 0;
-  for (const Entry& e : w.entries) fresh += e.slot == nullptr;
-  if (fresh > 0 && !store_.TryReserve(fresh)) {
-    // At the bound: expired keys go first; reclaiming moves slots, so find them again.
+  auto new_keys = [&] {
+    int64_t n = 0;
+    for (const Entry& e : w.entries) n += e.slot == nullptr;
+    return n;
+  };
+  if (const int64_t fresh = new_keys(); fresh > 0 && !store_.TryReserve(fresh)) {
+    // At the bound: expired keys go first. Reclaiming moves slots, and may take this op's
+    // own keys if they had expired, so find them again and count anew.
     store_.ReclaimLocked(lock, now, options_.sweep_budget);
-    if (!store_.TryReserve(fresh)) {
+    for (Entry& e : w.entries) e.slot = store_.Find(e.policy, e.id);
+    if (!store_.TryReserve(new_keys())) {
       w.counters.refusals.Add();
       return false;
     }
-    for (Entry& e : w.entries) e.slot = store_.Find(e.policy, e.id);
   }
   // Existing keys first: an insert may move every slot of its table.
   for (Entry& e : w.entries) {
@@ -422,6 +465,12 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     for (Entry& e : entries) {
       const Rate& rate = policies_.policies()[static_cast<size_t>(e.policy)].rate;
       e.decision = grant > 0 ? e.limiter.Decide(rate, now, grant) : e.limiter.Peek(rate, now, 1);
+      if (grant < units) {
+        // When the rest of the request could be had: the longest wait over the chain.
+        Decision rest = e.limiter.Peek(rate, now, units - grant);
+        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(rate, now, 1);
+        r.retry_after_ms = std::max(r.retry_after_ms, rest.retry_after_ms);
+      }
     }
     if (grant > 0 && !Save(w, lock, now)) {
       r.Fail(wire::Status::KeysExhausted,
@@ -439,10 +488,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     const Decision& d = entries[i].decision;
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
     w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
-    if (!d.allowed) {
-      if (r.denied_by < 0) r.denied_by = static_cast<int>(i);
-      r.retry_after_ms = std::max(r.retry_after_ms, d.retry_after_ms);
-    }
+    if (!d.allowed && r.denied_by < 0) r.denied_by = static_cast<int>(i);
   }
 }
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <atomic>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@
 #include "common/frame_codec.h"
 #include "common/histogram.h"
 #include "common/policy.h"
+#include "common/ring.h"
 #include "server/store.h"
 
 namespace limiter::wire {
@@ -31,6 +34,10 @@ namespace limiter {
 
 struct NodeOptions {
   std::string name = "limiterd";
+  // The cluster: every node's host:port, and this node's own among them. With no members
+  // the node is standalone and owns every key.
+  std::vector<std::string> members;
+  std::string self;
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   Store::Options store;
   size_t sweep_budget = 4096;  // slots per stripe and policy per Sweep
@@ -73,6 +80,11 @@ class Node {
   // Reclaims expired keys, a bounded amount of work per call; call it periodically.
   size_t Sweep();
 
+  // Replaces the member list (a DNS refresh, say); thread-safe. An error when `self` is not
+  // among them, and the ring is left as it was.
+  std::optional<std::string> SetMembers(std::vector<std::string> members);
+  std::shared_ptr<const Ring> ring() const { return ring_.load(); }
+
   const NodeOptions& options() const { return options_; }
   const PolicySet& policies() const { return policies_; }
   Store& store() { return store_; }
@@ -85,9 +97,10 @@ class Node {
  private:
   struct OpResult;
   struct Entry;
-  void HandleOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r);
+  void HandleOp(Worker& w, const wire::Op& op, const Ring& ring, int64_t now, OpResult& r);
   enum class CostUse { kCharge, kUnits, kNone };
-  bool Resolve(Worker& w, const wire::Op& op, bool single, CostUse cost_use, OpResult& r);
+  bool Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single, CostUse cost_use,
+               OpResult& r);
   void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
   void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
   void Return(Worker& w, int64_t units, int64_t leased_at, int64_t now, OpResult& r);
@@ -100,6 +113,7 @@ class Node {
   const NodeOptions options_;
   Store store_;
   std::unordered_map<std::string_view, int> policy_index_;
+  std::atomic<std::shared_ptr<const Ring>> ring_;
   const int64_t started_ms_;
 
   std::mutex workers_mu_;

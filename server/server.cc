@@ -9,6 +9,9 @@
 #include <list>
 #include <thread>
 
+#include "common/membership.h"
+#include "common/read_buffer.h"
+
 namespace limiter {
 namespace {
 
@@ -59,20 +62,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (reading_ || closing_) return;
     if (pending_.size() > options_.max_output_bytes) return;  // resumed when writes drain
     reading_ = true;
-    const size_t used = in_.size();
-    in_.resize(used + kReadChunk);
+    const std::span<uint8_t> space = in_.Space(kReadChunk);
     socket_.async_read_some(
-        asio::buffer(in_.data() + used, kReadChunk),
-        [self = shared_from_this(), used](const asio::error_code& ec, size_t n) {
+        asio::buffer(space.data(), space.size()),
+        [self = shared_from_this()](const asio::error_code& ec, size_t n) {
           self->reading_ = false;
-          self->in_.resize(used + (ec ? 0 : n));
           if (ec) {
-            if (ec != asio::error::operation_aborted && self->in_.size() > self->consumed_) {
+            if (ec != asio::error::operation_aborted && self->in_.size() > 0) {
               self->CountBad(BadFrame::kTruncated);  // the peer left mid-frame
             }
             self->Close();
             return;
           }
+          self->in_.Commit(n);
           self->last_activity_ = std::chrono::steady_clock::now();
           self->Process();
         });
@@ -81,8 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Process() {
     const uint32_t max_frame = node_.options().max_frame_bytes;
     while (!closing_) {
-      const std::span<const uint8_t> rest(in_.data() + consumed_, in_.size() - consumed_);
-      const FrameResult frame = DecodeFrame(rest, max_frame);
+      const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
       if (frame.status == FrameStatus::kNeedMore) break;
       if (frame.status != FrameStatus::kFrame) {
         // Framing is lost: say why, then close this connection only.
@@ -92,12 +93,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         break;
       }
       node_.HandleFrame(worker_, frame.body, pending_);
-      consumed_ += frame.consumed;
-    }
-    // Keep only the unread tail.
-    if (consumed_ > 0) {
-      in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(consumed_));
-      consumed_ = 0;
+      in_.Consume(frame.consumed);
     }
     Write();
     Read();
@@ -149,8 +145,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer idle_;
   std::list<std::weak_ptr<Connection>>& registry_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
-  std::vector<uint8_t> in_;
-  size_t consumed_ = 0;
+  ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
   std::vector<uint8_t> out_;      // the write in flight
   bool reading_ = false;
@@ -187,6 +182,7 @@ struct Server::Impl {
   std::mutex sweep_mu;
   std::condition_variable sweep_cv;
   std::thread sweeper;
+  std::thread resolver;  // members_dns refreshes
 
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
 
@@ -220,6 +216,7 @@ Server::~Server() {
   }
   if (impl_->admin_thread.joinable()) impl_->admin_thread.join();
   if (impl_->sweeper.joinable()) impl_->sweeper.join();
+  if (impl_->resolver.joinable()) impl_->resolver.join();
 }
 
 std::optional<HostPort> ParseHostPort(const std::string& text) {
@@ -285,18 +282,23 @@ std::optional<std::string> Server::Start() {
       s.admin_port = s.admin.bind_to_port(admin->host, admin->port) ? admin->port : -1;
     }
     if (s.admin_port <= 0) return "cannot listen on " + s.options.admin + " (admin port)";
+    // Serve it now: httplib's stop() does nothing before the listening loop has begun.
+    s.admin_thread = std::thread([&s] { s.admin.listen_after_bind(); });
+    for (int i = 0; i < 5000 && !s.admin.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
+  // Before the node says it is up, so that a SIGTERM from then on is a clean stop.
+  s.signals = std::make_unique<asio::signal_set>(s.workers.front()->io, SIGINT, SIGTERM);
+  s.signals->async_wait([this](const asio::error_code& ec, int) {
+    if (!ec) Stop();
+  });
   return std::nullopt;
 }
 
 void Server::Run() {
   Impl& s = *impl_;
-  s.signals = std::make_unique<asio::signal_set>(s.workers.front()->io, SIGINT, SIGTERM);
-  s.signals->async_wait([this](const asio::error_code& ec, int) {
-    if (!ec) Stop();
-  });
   s.Accept();
-  if (s.admin_port > 0) s.admin_thread = std::thread([&s] { s.admin.listen_after_bind(); });
   s.sweeper = std::thread([&s] {
     std::unique_lock<std::mutex> lock(s.sweep_mu);
     while (!s.stopping) {
@@ -304,6 +306,24 @@ void Server::Run() {
       if (!s.stopping) s.node.Sweep();
     }
   });
+  if (!s.options.members_dns.empty()) {
+    s.resolver = std::thread([&s] {
+      std::unique_lock<std::mutex> lock(s.sweep_mu);
+      while (!s.stopping) {
+        lock.unlock();
+        Result<std::vector<std::string>> members = ResolveMembers(s.options.members_dns);
+        if (!members) {
+          std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
+                       members.error().c_str());
+        } else if (auto error = s.node.SetMembers(std::move(members).value())) {
+          std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
+                       error->c_str());
+        }
+        lock.lock();
+        s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
+      }
+    });
+  }
   for (size_t i = 1; i < s.workers.size(); ++i) {
     WorkerThread* w = s.workers[i].get();
     w->thread = std::thread([w] { w->io.run(); });
@@ -313,6 +333,7 @@ void Server::Run() {
   for (size_t i = 1; i < s.workers.size(); ++i) s.workers[i]->thread.join();
   if (s.admin_thread.joinable()) s.admin_thread.join();
   if (s.sweeper.joinable()) s.sweeper.join();
+  if (s.resolver.joinable()) s.resolver.join();
   s.serving = false;
 }
 

@@ -22,6 +22,8 @@ struct ServerOptions {
   size_t max_output_bytes = 8u << 20;    // per connection; reading pauses above it
   int64_t idle_timeout_ms = 60'000;      // a connection silent this long is closed
   int64_t sweep_interval_ms = 100;
+  std::string members_dns;             // resolved into the node's member list, periodically
+  int64_t dns_refresh_ms = 5000;
 };
 
 class Server {

@@ -1,7 +1,5 @@
 #include "server/store.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 
 #include "common/limits.h"
@@ -55,19 +53,7 @@ Store::~Store() {
   }
 }
 
-KeyId Store::Id(std::string_view policy, std::string_view key) {
-  // policy NUL key, hashed at once; both are bounded by the request checks.
-  char buf[kMaxNameBytes + 1 + kMaxKeyBytes];
-  const size_t p = std::min(policy.size(), kMaxNameBytes);
-  const size_t k = std::min(key.size(), kMaxKeyBytes);
-  std::memcpy(buf, policy.data(), p);
-  buf[p] = '\0';
-  std::memcpy(buf + p + 1, key.data(), k);
-  const XXH128_hash_t h = XXH3_128bits(buf, p + 1 + k);
-  KeyId id{h.low64, h.high64};
-  if ((id.lo | id.hi) == 0) id.hi = 1;
-  return id;
-}
+KeyId Store::Id(std::string_view policy, std::string_view key) { return MakeKeyId({policy, key}); }
 
 Store::StripeLock::StripeLock(Store& store, std::span<const size_t> stripes)
     : store_(store), count_(std::min(stripes.size(), kMaxLocks)) {

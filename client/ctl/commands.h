@@ -21,7 +21,11 @@ struct ReplayArgs {
 int RunReplay(const ReplayArgs& args, std::ostream& out, std::ostream& err);
 
 struct CheckArgs {
-  std::string server;  // host:port of one node
+  std::string server;       // host:port of one node: CHECKs straight to it
+  std::string cluster;      // or the members: decisions through the client library
+  std::string policy_file;  // with --cluster: the policy file the nodes load
+  double rate = 0;          // with --cluster: decisions per second in all (0: as fast as it can)
+  int gateways = 1;         // with --cluster: N for contract fallback
   std::string policy;
   std::string key;
   std::string tenant;
@@ -33,6 +37,7 @@ struct CheckArgs {
   bool json = false;
 };
 int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
+int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
 
 struct InspectArgs {
   std::string server;

@@ -29,7 +29,15 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   CheckArgs check;
   CLI::App* check_cmd =
       app.add_subcommand("check", "Send CHECKs for one key to a node and count the answers");
-  check_cmd->add_option("--server", check.server, "HOST:PORT of a limiterd node")->required();
+  auto* server = check_cmd->add_option("--server", check.server, "HOST:PORT of one limiterd node");
+  auto* cluster = check_cmd->add_option(
+      "--cluster", check.cluster, "HOST:PORT,HOST:PORT,...: decide through the client library");
+  server->excludes(cluster);
+  check_cmd->add_option("--policy-file", check.policy_file,
+                        "With --cluster: the policy file the nodes load");
+  check_cmd->add_option("--rate", check.rate, "With --cluster: decisions per second in all");
+  check_cmd->add_option("--gateways", check.gateways,
+                        "With --cluster: gateway count N (contract fallback at L/N)");
   check_cmd->add_option("--policy", check.policy, "Policy name")->required();
   check_cmd->add_option("--key", check.key, "Key")->required();
   check_cmd->add_option("--tenant", check.tenant, "Tenant (for policies with a parent)");

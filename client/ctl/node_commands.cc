@@ -39,6 +39,11 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
     err << "limiterctl check: -n and --concurrency must be at least 1\n";
     return 2;
   }
+  if (!args.cluster.empty()) return RunClusterCheck(args, out, err);
+  if (args.server.empty()) {
+    err << "limiterctl check: give --server HOST:PORT or --cluster HOST:PORT,...\n";
+    return 2;
+  }
   std::atomic<int64_t> allowed{0}, denied{0}, errors{0};
   std::mutex first_error_mu;
   std::string first_error;  // guarded by first_error_mu

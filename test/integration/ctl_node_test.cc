@@ -4,42 +4,65 @@
 
 #include <sstream>
 
-#include "client/ctl/ctl.h"
+#include "test/support/ctl_runner.h"
 #include "test/integration/node_process.h"
 
 namespace limiter {
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out;
-  std::string err;
-};
+using Outcome = testing::CtlOutcome;
 
-Outcome Ctl(std::vector<std::string> args) {
-  args.insert(args.begin(), "limiterctl");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int status = ctl::Run(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {status, out.str(), err.str()};
-}
+Outcome Ctl(std::vector<std::string> args) { return testing::RunCtl(std::move(args)); }
 
 class CtlNode : public ::testing::Test {
  protected:
   void SetUp() override {
-    node_ = testing::StartNode(
-        {"--policies", testing::WriteTempFile("ctl_policies.yaml", R"(
+    policies_ = testing::WriteTempFile("ctl_policies.yaml", R"(
 policies:
   - {name: tenant, algorithm: gcra, limit: 50, window: 1h, class: contract}
   - {name: api_key, algorithm: token_bucket, limit: 100, window: 1h, class: contract,
      parent: tenant, costs: {report: 20}}
   - {name: login, algorithm: fixed_window, limit: 5, window: 1h, class: security}
-)")});
+  - {name: api, algorithm: token_bucket, limit: 50, window: 1h, class: contract,
+     lease: {size: 10}}
+)");
+    node_ = testing::StartNode({"--policies", policies_});
     ASSERT_FALSE(node_.listen.empty());
   }
+  std::string policies_;
   testing::RunningNode node_;
 };
+
+TEST_F(CtlNode, CheckThroughTheClientLibrary) {
+  Outcome o = Ctl({"check", "--cluster", node_.listen, "--policy-file", policies_, "--policy",
+                   "login", "--key", "k", "-n", "10", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["allowed"], 5);
+  EXPECT_EQ(j["denied"], 5);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_EQ(j["by_source"]["store"], 10);  // a security limit: one CHECK per request
+
+  o = Ctl({"check", "--cluster", node_.listen, "--policy-file", policies_, "--policy", "api",
+           "--key", "k", "-n", "100", "--concurrency", "2", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  j = nlohmann::json::parse(o.out);
+  EXPECT_LE(j["allowed"], 50);
+  EXPECT_GE(j["allowed"], 40);
+  EXPECT_GT(j["by_source"]["lease"], 0);
+
+  o = Ctl({"check", "--cluster", node_.listen, "--policy", "api", "--key", "k"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "limiterctl check: --cluster needs --policy-file (the file the nodes load)\n");
+  o = Ctl({"check", "--cluster", "nohost", "--policy-file", policies_, "--policy", "api", "--key",
+           "k"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err,
+            "limiterctl check: --cluster: member 'nohost' is not HOST:PORT with a port 1-65535\n");
+  o = Ctl({"check", "--policy", "api", "--key", "k"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "limiterctl check: give --server HOST:PORT or --cluster HOST:PORT,...\n");
+}
 
 TEST_F(CtlNode, CheckCountsAcrossConnections) {
   const Outcome o = Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "alice",

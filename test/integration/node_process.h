@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "common/subprocess.h"
 
 namespace limiter::testing {
@@ -19,15 +23,18 @@ struct RunningNode {
   std::string admin;
 };
 
+// A file in the temp dir, named per process: test binaries run side by side.
 inline std::string WriteTempFile(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path =
+      ::testing::TempDir() + "/limiter_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
 
-// Starts limiterd with `args` (add --policies etc.); fails the test if it does not come up.
-inline RunningNode StartNode(std::vector<std::string> args) {
-  args.insert(args.begin(), {LIMITERD_BIN, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"});
+// Starts limiterd with exactly `args` (after the binary); fails the test if it does not come
+// up. The addresses come from the line it prints when it is ready.
+inline RunningNode Launch(std::vector<std::string> args) {
+  args.insert(args.begin(), LIMITERD_BIN);
   RunningNode node;
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(args);
   EXPECT_TRUE(p.ok()) << p.error();
@@ -46,6 +53,37 @@ inline RunningNode StartNode(std::vector<std::string> args) {
   }
   EXPECT_FALSE(node.listen.empty()) << *line;
   return node;
+}
+
+// A standalone node on any free port; add --policies etc.
+inline RunningNode StartNode(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"});
+  return Launch(std::move(args));
+}
+
+// A port free on 127.0.0.1 a moment ago, for a cluster whose members must be named before
+// they start (port 0 cannot be: every node needs every address).
+inline int PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Starts a node of a cluster on a given address.
+inline RunningNode StartMember(const std::string& self, const std::string& members,
+                               const std::string& policies) {
+  return Launch({"--listen", self, "--admin", "127.0.0.1:0", "--members", members, "--self",
+                 self, "--policies", policies, "--threads", "1"});
 }
 
 }  // namespace limiter::testing

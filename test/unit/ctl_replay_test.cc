@@ -1,29 +1,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <vector>
 
-#include "client/ctl/ctl.h"
+#include "test/support/ctl_runner.h"
 
 namespace limiter::ctl {
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-Outcome RunCtl(std::vector<std::string> args) {
-  args.insert(args.begin(), "limiterctl");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int status = Run(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {status, out.str(), err.str()};
-}
+using Outcome = testing::CtlOutcome;
+using testing::RunCtl;
 
 const std::string kSeed = std::string(LIMITER_SOURCE_DIR) + "/examples/traces/seed.csv";
 const std::string kPolicies = std::string(LIMITER_SOURCE_DIR) + "/examples/policies.yaml";
@@ -125,7 +115,7 @@ TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(o.err, "limiterctl replay: /nonexistent.csv: cannot open the trace file\n");
 
-  const std::string bad = ::testing::TempDir() + "/bad_trace.csv";
+  const std::string bad = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_trace.csv";
   std::ofstream(bad) << "t_ms,key,cost,label\n5,a\n4,a\n";
   o = RunCtl({"replay", "--trace", bad, "--algorithm", "gcra", "--limit", "5", "--window", "1s"});
   EXPECT_EQ(o.status, 1);
@@ -133,14 +123,14 @@ TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
             "limiterctl replay: " + bad +
                 ":3: t_ms 4 is earlier than the previous row's 5 (t_ms must be non-decreasing)\n");
 
-  const std::string bad_policy = ::testing::TempDir() + "/bad_policies.yaml";
+  const std::string bad_policy = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_policies.yaml";
   std::ofstream(bad_policy) << "policies:\n  - {name: a, limit: -1, window: 1s, class: contract}\n";
   o = RunCtl({"replay", "--trace", kSeed, "--policy-file", bad_policy, "--policy", "a"});
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(o.err, "limiterctl replay: " + bad_policy +
                        ":2:22: policy 'a', field 'limit': must be a positive integer, got -1\n");
 
-  const std::string empty = ::testing::TempDir() + "/empty_trace.csv";
+  const std::string empty = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_empty_trace.csv";
   std::ofstream(empty) << "t_ms,key\n";
   o = RunCtl({"replay", "--trace", empty, "--algorithm", "gcra", "--limit", "5", "--window", "1s"});
   EXPECT_EQ(o.status, 1);

@@ -46,7 +46,7 @@ class NodeTest : public ::testing::Test {
     const FrameResult f = DecodeFrame(reply_bytes_, 64u << 20);
     EXPECT_EQ(f.status, FrameStatus::kFrame);
     EXPECT_EQ(f.consumed, reply_bytes_.size());
-    const wire::Reply* reply = VerifiedReply(f.body);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
     EXPECT_NE(reply, nullptr);
     return *reply;
   }
@@ -87,6 +87,7 @@ class NodeTest : public ::testing::Test {
   std::unique_ptr<Node> node_;
   Node::Worker* worker_;
   std::vector<uint8_t> reply_bytes_;
+  std::vector<uint64_t> aligned_;
 };
 
 TEST_F(NodeTest, CheckAdmitsUpToTheLimitThenSaysWhenToRetry) {
@@ -165,7 +166,7 @@ TEST_F(NodeTest, LeaseGrantsWhatTheWholeChainHasAndReturnGivesItBack) {
   const wire::OpReply& empty = One(b);
   EXPECT_EQ(empty.granted(), 0);
   EXPECT_FALSE(empty.allowed());
-  EXPECT_EQ(empty.retry_after_ms(), 100);
+  EXPECT_EQ(empty.retry_after_ms(), 700);  // until all seven asked for are there again
   const int64_t leased_at = clock_.NowMs();
   b.Return(4, "leased", "k", "", 5, leased_at);
   EXPECT_EQ(One(b).status(), wire::Status::Ok);
@@ -326,6 +327,24 @@ TEST_F(SmallNodeTest, NewKeysAreRefusedAtTheBoundUntilOldOnesExpire) {
   EXPECT_GE(Stat("evictions"), 1);
 }
 
+TEST_F(SmallNodeTest, ReclaimingAtTheBoundCanTakeTheOpsOwnExpiredKeys) {
+  EXPECT_TRUE(Check("ip", "a"));
+  EXPECT_TRUE(Check("ip", "b"));
+  EXPECT_TRUE(Check("ip", "c"));
+  clock_.Advance(1000);  // all three expired, still held
+  // "a" is known but expired, "d" is new: reclaiming for "d" also removes "a".
+  const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "a"}, {"ip", "d"}};
+  RequestBuilder b;
+  b.CheckMany(1, limits, "", 1);
+  EXPECT_TRUE(One(b).allowed());
+  EXPECT_GE(Stat("keys"), 2);  // a and d, and whatever of b and c shared no locked stripe
+  EXPECT_LE(Stat("keys"), 3);
+  clock_.Advance(1000);
+  while (node_->Sweep() > 0) {
+  }
+  EXPECT_EQ(Stat("keys"), 0);
+}
+
 TEST_F(NodeTest, SweepReclaimsExpiredKeysOnly) {
   for (int i = 0; i < 20; ++i) EXPECT_TRUE(Check("ip", std::to_string(i) + "k"));
   EXPECT_TRUE(Check("tenant", "long-lived"));
@@ -356,7 +375,8 @@ TEST_F(NodeTest, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
         out.clear();
         node_->HandleFrame(*workers[static_cast<size_t>(t)], b.Finish(), out);
         const FrameResult f = DecodeFrame(out, 1u << 20);
-        const wire::Reply* r = VerifiedReply(f.body);
+        std::vector<uint64_t> aligned;
+        const wire::Reply* r = VerifiedReply(f.body, aligned);
         if (r && r->ops()->Get(0)->allowed()) allowed.fetch_add(1);
       }
     });
@@ -377,6 +397,63 @@ TEST_F(NodeTest, MetricsAreInPrometheusTextFormat) {
   EXPECT_NE(text.find("limiter_frame_duration_seconds_count 1\n"), std::string::npos);
   EXPECT_NE(text.find("process_resident_memory_bytes "), std::string::npos);
   EXPECT_NE(text.find("limiter_bad_frames_total{reason=\"too_large\"} 0\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace limiter
+
+namespace limiter {
+namespace {
+
+TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
+  Result<PolicySet> policies = ParsePolicies(kPolicies, "test.yaml");
+  ASSERT_TRUE(policies.ok());
+  ManualClock clock(1000);
+  NodeOptions options;
+  options.members = {"n1:1", "n2:1", "n3:1"};
+  options.self = "n1:1";
+  Node node(*policies, clock, options);
+  Node::Worker& worker = node.AddWorker();
+  const Ring ring(options.members);
+  // One key of each owner; nested policies route by the tenant.
+  std::string mine, theirs;
+  for (int i = 0; mine.empty() || theirs.empty(); ++i) {
+    const std::string k = std::to_string(i);
+    (ring.Owner(k) == "n1:1" ? mine : theirs) = k;
+  }
+  RequestBuilder b;
+  b.Hello("t");
+  b.Check(1, "ip", mine);
+  b.Check(2, "ip", theirs);
+  b.Check(3, "api_key", theirs, /*tenant=*/mine);
+  b.Check(4, "api_key", mine, /*tenant=*/theirs);
+  std::vector<uint8_t> out;
+  node.HandleFrame(worker, b.Finish(), out);
+  std::vector<uint64_t> aligned;
+  const wire::Reply* reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(reply->hello()->ring_version(), ring.version());
+  EXPECT_EQ(reply->hello()->members()->size(), 3u);
+  const auto* ops = reply->ops();
+  EXPECT_EQ(ops->Get(0)->status(), wire::Status::Ok);
+  EXPECT_EQ(ops->Get(1)->status(), wire::Status::WrongOwner);
+  EXPECT_EQ(ops->Get(1)->ring_version(), ring.version());
+  ASSERT_EQ(ops->Get(1)->members()->size(), 3u);
+  EXPECT_EQ(ops->Get(1)->members()->Get(1)->str(), "n2:1");
+  EXPECT_EQ(ops->Get(1)->error()->str(), "limits[0]: n1:1 does not own '" + theirs + "'; " +
+                                             ring.Owner(theirs) + " does (ring " +
+                                             std::to_string(ring.version()) + ")");
+  EXPECT_EQ(ops->Get(2)->status(), wire::Status::Ok);  // routed by its tenant, which is mine
+  EXPECT_EQ(ops->Get(3)->status(), wire::Status::WrongOwner);
+
+  EXPECT_TRUE(node.SetMembers({"n2:1", "n3:1"}).has_value());  // n1 would not be in it
+  EXPECT_FALSE(node.SetMembers({"n1:1"}).has_value());
+  out.clear();
+  b.Clear();
+  b.Check(5, "ip", theirs);
+  node.HandleFrame(worker, b.Finish(), out);
+  reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
+  EXPECT_EQ(reply->ops()->Get(0)->status(), wire::Status::Ok);  // a one-node ring owns it all
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+// limiter-bench: load generator for limiterd. Flag parsing only; the harness is
+// limiter_bench_lib (bench/node_bench.h).
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "bench/node_bench.h"
+
+int main(int argc, char** argv) {
+  // A peer that goes away is an error reply from send(), not a signal.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  CLI::App app{"limiter-bench: load generator for limiterd"};
+  app.require_subcommand(1);
+  limiter::bench::NodeBenchOptions o;
+  o.policies = LIMITER_BENCH_POLICIES;
+  bool start_node = false;
+
+  CLI::App* node = app.add_subcommand(
+      "node", "Drive one limiterd node with CHECK ops: checks/s, latency, memory per key");
+  CLI::Option* server =
+      node->add_option("--server", o.server, "HOST:PORT of the node (default: start one)");
+  node->add_flag("--start-node", start_node,
+                 "Start a local limiterd (what happens anyway without --server)")
+      ->excludes(server);
+  node->add_option("--limiterd", o.limiterd,
+                   "limiterd binary for the local node (default: ../server/limiterd next to "
+                   "this binary's directory)");
+  node->add_option("--policies", o.policies,
+                   "Policy file for the local node; the redis bucket uses the same numbers")
+      ->capture_default_str();
+  node->add_option("--node-threads", o.node_threads, "--threads of the local node")
+      ->check(CLI::Range(1, 256));
+  node->add_option("--policy", o.policy, "Policy the checks name")->capture_default_str();
+  node->add_option("--connections", o.connections, "Connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  node->add_option("--depth", o.shape.depth, "Frames in flight per connection (closed loop)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  node->add_option("--batch", o.shape.batch, "CHECK ops per frame")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+  node->add_option("--keys", o.shape.keys, "Keys, drawn uniformly")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  node->add_option("--duration", o.shape.duration_s, "Seconds of load")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
+  node->add_option("--rate", o.shape.rate,
+                   "Checks/s over all connections, open loop (default: closed loop)")
+      ->check(CLI::Range(1.0, 1e9));
+  node->add_option("--seed", o.shape.seed, "Seed of the key draws")->capture_default_str();
+  node->add_flag("--vs-redis", o.vs_redis,
+                 "Run the same load against a local redis-server Lua token bucket too");
+  node->add_option("--redis-server", o.redis_server, "redis-server binary")->capture_default_str();
+  node->add_flag("--json", o.json, "One JSON object instead of the text report");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench node --help)\n";
+    return 2;
+  }
+  return limiter::bench::RunNodeBench(o, std::cout, std::cerr);
+}

@@ -1,0 +1,273 @@
+#include "bench/node_load.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "common/frame_codec.h"
+#include "common/wire.h"
+
+namespace limiter::bench {
+namespace {
+
+constexpr int kNodeStartTimeoutMs = 10'000;
+// Replies may be larger than requests; accept up to 64 MiB (as NodeConnection does).
+constexpr uint32_t kMaxReplyBytes = 64u << 20;
+constexpr size_t kReadBytes = 64 * 1024;
+
+std::string Describe(const wire::OpReply& op) {
+  std::string text = wire::EnumNameStatus(op.status());
+  if (op.error()) text += ": " + op.error()->str();
+  return text;
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool SplitAddress(const std::string& address, std::string& host, std::string& port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
+  host = address.substr(0, colon);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  port = address.substr(colon + 1);
+  return true;
+}
+
+// A connected TCP socket to "host:port", blocking, with TCP_NODELAY and read and write
+// timeouts of `timeout_ms`.
+Result<int> ConnectTcp(const std::string& address, int timeout_ms) {
+  std::string host, port;
+  if (!SplitAddress(address, host, port)) {
+    return Error{"expected HOST:PORT, got '" + address + "'"};
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return Error{address + ": " + ::gai_strerror(rc)};
+  }
+  std::string last_error = address + ": no address";
+  int connected = -1;
+  for (addrinfo* ai = found; ai != nullptr && connected < 0; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc < 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = ::poll(&p, 1, timeout_ms) == 1 ? 0 : ETIMEDOUT;
+      socklen_t len = sizeof(err);
+      if (err == 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      errno = err;
+      rc = err == 0 ? 0 : -1;
+    }
+    if (rc < 0) {
+      last_error = Errno("connect to " + address);
+      ::close(fd);
+      continue;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    connected = fd;
+  }
+  ::freeaddrinfo(found);
+  if (connected < 0) return Error{last_error};
+  return connected;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NodeChannel>> NodeChannel::Connect(const std::string& address,
+                                                          std::string policy, int timeout_ms) {
+  Result<int> fd = ConnectTcp(address, timeout_ms);
+  if (!fd) return Error{fd.error()};
+  return std::unique_ptr<NodeChannel>(new NodeChannel(*fd, std::move(policy)));
+}
+
+NodeChannel::~NodeChannel() { ::close(fd_); }
+
+void NodeChannel::EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) {
+  builder_.Clear();
+  KeyBuffer buf;
+  for (uint64_t key : keys) builder_.Check(next_id_++, policy_, KeyName(key, buf));
+  AppendFrame(out, builder_.Finish());
+}
+
+std::optional<std::string> NodeChannel::Send(std::span<const uint8_t> bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return "timed out sending";
+      return Errno("send");
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NodeChannel::ReceiveFrame(size_t checks, CheckCounts& counts) {
+  while (true) {
+    Result<bool> took = TakeFrame(checks, counts);
+    if (!took) return took.error();
+    if (*took) return std::nullopt;
+    if (auto error = Read(0)) return error;
+  }
+}
+
+Result<size_t> NodeChannel::SendSome(std::span<const uint8_t> bytes) {
+  while (true) {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    if (errno != EINTR) return Error{Errno("send")};
+  }
+}
+
+std::optional<std::string> NodeChannel::Poll(Time until, bool for_replies, bool for_send) {
+  Result<bool> readable = WaitForSocket(fd_, until, for_replies, for_send);
+  if (!readable) return readable.error();
+  return *readable ? Read(MSG_DONTWAIT) : std::nullopt;
+}
+
+Result<bool> NodeChannel::TakeFrame(size_t checks, CheckCounts& counts) {
+  const FrameResult frame = DecodeFrame(in_.readable(), kMaxReplyBytes);
+  if (frame.status == FrameStatus::kNeedMore) return false;
+  if (frame.status != FrameStatus::kFrame) {
+    return Error{"the node sent a bad frame: " + DescribeFrameError(frame, kMaxReplyBytes)};
+  }
+  std::optional<std::string> error = Count(frame.body, checks, counts);
+  in_.Consume(frame.consumed);
+  if (error) return Error{std::move(*error)};
+  return true;
+}
+
+std::optional<std::string> NodeChannel::Read(int flags) {
+  const std::span<uint8_t> space = in_.Space(kReadBytes);
+  while (true) {
+    const ssize_t n = ::recv(fd_, space.data(), space.size(), flags);
+    if (n > 0) {
+      in_.Commit(static_cast<size_t>(n));
+      return std::nullopt;
+    }
+    if (n == 0) return "the node closed the connection";
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (flags & MSG_DONTWAIT) return std::nullopt;
+      return "timed out waiting for a reply";
+    }
+    return Errno("recv");
+  }
+}
+
+std::optional<std::string> NodeChannel::Count(std::span<const uint8_t> body, size_t checks,
+                                              CheckCounts& counts) {
+  const wire::Reply* received = VerifiedReply(body, aligned_);
+  if (!received) return "the node sent a reply that fails verification";
+  const wire::Reply& reply = *received;
+  if (reply.error()) return "the node refused a frame: " + reply.error()->str();
+  const auto* ops = reply.ops();
+  const size_t n = ops ? ops->size() : 0;
+  if (n != checks) {
+    return "a reply carried " + std::to_string(n) + " op replies for a frame of " +
+           std::to_string(checks) + " checks";
+  }
+  for (const wire::OpReply* op : *ops) {
+    if (op->id() != expected_id_) {
+      return "reply for op " + std::to_string(op->id()) + " where op " +
+             std::to_string(expected_id_) + " was due";
+    }
+    ++expected_id_;
+    ++counts.checks;
+    if (op->status() != wire::Status::Ok) {
+      ++counts.errors;
+      if (counts.first_error.empty()) counts.first_error = Describe(*op);
+    } else if (op->allowed()) {
+      ++counts.allowed;
+    } else {
+      ++counts.denied;
+    }
+  }
+  return std::nullopt;
+}
+
+Result<NodeStats> ReadNodeStats(NodeConnection& connection) {
+  RequestBuilder builder;
+  builder.Stats(0);
+  if (auto error = connection.Send(builder.Finish())) return Error{*error};
+  Result<const wire::Reply*> received = connection.Receive();
+  if (!received) return Error{received.error()};
+  const wire::Reply& reply = **received;
+  if (reply.error()) return Error{"the node refused STATS: " + reply.error()->str()};
+  if (!reply.ops() || reply.ops()->size() != 1) return Error{"STATS: no op reply"};
+  const wire::OpReply& op = *reply.ops()->Get(0);
+  if (op.status() != wire::Status::Ok) return Error{"STATS: " + Describe(op)};
+  NodeStats stats;
+  bool have_keys = false, have_rss = false;
+  if (op.stats()) {
+    for (const wire::Stat* stat : *op.stats()) {
+      if (!stat->name()) continue;
+      const std::string_view name = stat->name()->string_view();
+      if (name == "keys") {
+        stats.keys = stat->value();
+        have_keys = true;
+      } else if (name == "resident_bytes") {
+        stats.resident_bytes = stat->value();
+        have_rss = true;
+      } else if (name == "evictions") {
+        stats.evictions = stat->value();
+      }
+    }
+  }
+  if (!have_keys || !have_rss) return Error{"STATS: the reply lacks keys or resident_bytes"};
+  return stats;
+}
+
+Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
+  std::vector<std::string> argv = {
+      options.program,  "--listen",    "127.0.0.1:0",
+      "--admin",        "127.0.0.1:0", "--policies",
+      options.policies, "--max-keys",  std::to_string(options.max_keys)};
+  if (options.threads > 0) {
+    argv.push_back("--threads");
+    argv.push_back(std::to_string(options.threads));
+  }
+  Result<std::unique_ptr<Subprocess>> process = Subprocess::Start(argv);
+  if (!process) return Error{"cannot start " + options.program + ": " + process.error()};
+  LocalNode node;
+  node.process = std::move(process).value();
+  Result<std::string> line = node.process->ReadLine(kNodeStartTimeoutMs);
+  if (!line) return Error{options.program + " did not start: " + line.error()};
+  node.banner = *line;
+  // "limiterd NAME listening on HOST:PORT admin HOST:PORT threads N policies M"
+  constexpr std::string_view kListening = " listening on ";
+  const size_t at = node.banner.find(kListening);
+  if (at == std::string::npos) {
+    return Error{options.program + " printed an unexpected first line: " + node.banner};
+  }
+  const size_t begin = at + kListening.size();
+  node.address = node.banner.substr(begin, node.banner.find(' ', begin) - begin);
+  return node;
+}
+
+std::string DefaultLimiterdPath() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  return (self.parent_path() / ".." / "server" / "limiterd").lexically_normal().string();
+}
+
+}  // namespace limiter::bench

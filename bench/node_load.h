@@ -1,0 +1,83 @@
+// The limiterd side of limiter-bench: a LoadChannel speaking the node's frames, the STATS
+// numbers the memory report needs, and starting a local node.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "bench/load_loop.h"
+#include "client/node_connection.h"
+#include "client/request_builder.h"
+#include "common/read_buffer.h"
+#include "common/result.h"
+#include "common/subprocess.h"
+
+namespace limiter::bench {
+
+// One TCP connection to a node carrying Request frames of CHECK ops on (policy, KeyName(n)).
+// Its own socket rather than a NodeConnection: the open loop needs the descriptor to poll,
+// and reads that do not block. Not thread-safe.
+class NodeChannel final : public LoadChannel {
+ public:
+  // `timeout_ms` bounds the connect, and each blocking read and write.
+  static Result<std::unique_ptr<NodeChannel>> Connect(const std::string& address,
+                                                      std::string policy, int timeout_ms = 5000);
+  ~NodeChannel() override;
+  NodeChannel(const NodeChannel&) = delete;
+  NodeChannel& operator=(const NodeChannel&) = delete;
+
+  void EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) override;
+  std::optional<std::string> Send(std::span<const uint8_t> bytes) override;
+  std::optional<std::string> ReceiveFrame(size_t checks, CheckCounts& counts) override;
+  Result<size_t> SendSome(std::span<const uint8_t> bytes) override;
+  std::optional<std::string> Poll(Time until, bool for_replies, bool for_send) override;
+  Result<bool> TakeFrame(size_t checks, CheckCounts& counts) override;
+
+ private:
+  NodeChannel(int fd, std::string policy) : fd_(fd), policy_(std::move(policy)) {}
+  // Reads into in_ once; `flags` 0 blocks (up to the timeout), MSG_DONTWAIT does not.
+  std::optional<std::string> Read(int flags);
+  // Counts the replies of one reply frame, `body`, to a frame of `checks` checks.
+  std::optional<std::string> Count(std::span<const uint8_t> body, size_t checks,
+                                   CheckCounts& counts);
+
+  const int fd_;  // owned
+  const std::string policy_;
+  // Sending side.
+  RequestBuilder builder_;
+  uint64_t next_id_ = 0;
+  // Receiving side: op ids come back in the order they were sent.
+  ReadBuffer in_;
+  std::vector<uint64_t> aligned_;  // the reply being counted, copied to 8-byte alignment
+  uint64_t expected_id_ = 0;
+};
+
+// The node counters the memory report uses, from one STATS op.
+struct NodeStats {
+  int64_t keys = 0;
+  int64_t resident_bytes = 0;
+  int64_t evictions = 0;
+};
+Result<NodeStats> ReadNodeStats(NodeConnection& connection);
+
+// A limiterd this process started; stopped (SIGTERM) when destroyed.
+struct LocalNode {
+  std::unique_ptr<Subprocess> process;
+  std::string address;  // HOST:PORT for clients
+  std::string banner;   // the line it printed on start
+};
+
+struct LocalNodeOptions {
+  std::string program;   // the limiterd binary
+  std::string policies;  // policy file
+  int64_t max_keys = 0;
+  int threads = 0;  // 0: limiterd's default
+};
+Result<LocalNode> StartLocalNode(const LocalNodeOptions& options);
+
+// ../server/limiterd next to the directory of the running executable (the build tree's
+// layout); empty when the executable's path cannot be read.
+std::string DefaultLimiterdPath();
+
+}  // namespace limiter::bench

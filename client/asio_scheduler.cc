@@ -1,0 +1,83 @@
+#include "client/asio_scheduler.h"
+
+#include <time.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <unordered_map>
+
+namespace limiter {
+
+struct AsioScheduler::Impl {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
+  std::atomic<uint64_t> next_timer{1};
+  std::unordered_map<uint64_t, std::unique_ptr<asio::steady_timer>> timers;  // io thread only
+  std::thread thread;
+};
+
+AsioScheduler::AsioScheduler() : impl_(std::make_unique<Impl>()) {
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+AsioScheduler::~AsioScheduler() { Stop(); }
+
+void AsioScheduler::Stop() {
+  impl_->guard.reset();
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int64_t AsioScheduler::NowUs() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t AsioScheduler::NowCoarseUs() const {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+}
+
+void AsioScheduler::Post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+
+uint64_t AsioScheduler::After(int64_t delay_us, std::function<void()> fn) {
+  const uint64_t id = impl_->next_timer.fetch_add(1, std::memory_order_relaxed);
+  asio::post(impl_->io, [this, id, delay_us, fn = std::move(fn)]() mutable {
+    auto timer = std::make_unique<asio::steady_timer>(impl_->io);
+    timer->expires_after(std::chrono::microseconds(delay_us));
+    timer->async_wait([this, id, fn = std::move(fn)](const asio::error_code& ec) {
+      if (ec) return;  // cancelled
+      impl_->timers.erase(id);
+      fn();
+    });
+    impl_->timers.emplace(id, std::move(timer));
+  });
+  return id;
+}
+
+void AsioScheduler::Cancel(uint64_t timer) {
+  asio::post(impl_->io, [this, timer] {
+    auto it = impl_->timers.find(timer);
+    if (it == impl_->timers.end()) return;
+    it->second->cancel();
+    impl_->timers.erase(it);
+  });
+}
+
+asio::io_context& AsioScheduler::io() { return impl_->io; }
+
+void AsioScheduler::RunAndWait(std::function<void()> fn) {
+  std::promise<void> done;
+  asio::post(impl_->io, [&] {
+    fn();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+}  // namespace limiter

@@ -1,0 +1,38 @@
+// AsioScheduler: the real Scheduler, an asio io_context run by one thread of its own.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "client/scheduler.h"
+
+namespace asio {
+class io_context;
+}
+
+namespace limiter {
+
+class AsioScheduler final : public Scheduler {
+ public:
+  AsioScheduler();
+  ~AsioScheduler() override;  // Stop()
+
+  // Stops the thread; work still pending is dropped, never run. Idempotent.
+  void Stop();
+
+  int64_t NowUs() const override;
+  int64_t NowCoarseUs() const override;  // CLOCK_MONOTONIC_COARSE
+  void Post(std::function<void()> fn) override;
+  uint64_t After(int64_t delay_us, std::function<void()> fn) override;
+  void Cancel(uint64_t timer) override;
+
+  asio::io_context& io();
+  // Runs fn on the thread and waits for it; for shutdown work.
+  void RunAndWait(std::function<void()> fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace limiter

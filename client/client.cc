@@ -1,0 +1,109 @@
+// client::Client::Create: the real client, a ClientCore over an asio thread and TCP.
+#include <asio.hpp>
+#include <condition_variable>
+#include <future>
+#include <thread>
+
+#include "client/asio_scheduler.h"
+#include "client/client_core.h"
+#include "client/tcp_transport.h"
+#include "common/membership.h"
+#include "common/policy_file.h"
+
+namespace limiter::client {
+namespace {
+
+class RealClient final : public Client {
+ public:
+  RealClient(PolicySet policies, std::vector<std::string> members, const Options& options)
+      : transport_(scheduler_.io()),
+        core_(std::move(policies), std::move(members), scheduler_, transport_,
+              CoreOptions(options)),
+        dns_(options.members_dns),
+        dns_refresh_(options.dns_refresh) {
+    core_.WarmUp();
+    if (!dns_.empty()) {
+      resolver_ = std::thread([this] {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!stopping_) {
+          if (cv_.wait_for(lock, dns_refresh_, [this] { return stopping_; })) break;
+          lock.unlock();
+          Result<std::vector<std::string>> members = ResolveMembers(dns_);
+          if (members) core_.SetMembers(std::move(members).value());
+          lock.lock();
+        }
+      });
+    }
+  }
+
+  ~RealClient() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (resolver_.joinable()) resolver_.join();
+    ReturnLeases();
+    // Connections belong to the I/O thread: close them there, then stop it, so that the
+    // members destroyed next never race with a handler.
+    scheduler_.RunAndWait([this] { transport_.CloseAll(); });
+    scheduler_.Stop();
+  }
+
+  Decision Decide(const Request& request) override { return core_.Decide(request); }
+  void DecideAsync(const Request& request, std::function<void(Decision)> done) override {
+    core_.DecideAsync(request, std::move(done));
+  }
+  Counters counters() const override { return core_.counters(); }
+  void ReturnLeases() override {
+    std::promise<void> returned;
+    core_.ReturnLeases([&returned] { returned.set_value(); });
+    returned.get_future().wait();  // every RETURN ends within the deadline
+  }
+
+ private:
+  static ClientCoreOptions CoreOptions(const Options& o) {
+    ClientCoreOptions c;
+    c.deadline_us = o.deadline.count();
+    c.gateways = o.gateways;
+    return c;
+  }
+
+  AsioScheduler scheduler_;
+  TcpTransport transport_;
+  ClientCore core_;
+  const std::string dns_;
+  const std::chrono::milliseconds dns_refresh_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread resolver_;
+};
+
+}  // namespace
+
+std::unique_ptr<Client> Client::Create(const Options& options, std::string* error) {
+  auto fail = [&](std::string why) -> std::unique_ptr<Client> {
+    if (error) *error = std::move(why);
+    return nullptr;
+  };
+  if (options.policy_file.empty()) return fail("no policy file (Options::policy_file)");
+  Result<PolicySet> policies = LoadPolicyFile(options.policy_file);
+  if (!policies) return fail(policies.error());
+  std::vector<std::string> members = options.members;
+  if (!options.members_dns.empty()) {
+    Result<std::vector<std::string>> resolved = ResolveMembers(options.members_dns);
+    if (!resolved) return fail("members_dns: " + resolved.error());
+    members = std::move(resolved).value();
+  }
+  if (members.empty()) return fail("no members: give Options::members or members_dns");
+  for (const std::string& m : members) {
+    Result<std::vector<std::string>> one = ParseMemberList(m);
+    if (!one) return fail(one.error());
+  }
+  if (options.deadline.count() <= 0) return fail("the deadline must be positive");
+  if (options.gateways < 1) return fail("gateways must be at least 1");
+  return std::make_unique<RealClient>(std::move(policies).value(), std::move(members), options);
+}
+
+}  // namespace limiter::client

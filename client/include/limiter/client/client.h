@@ -1,0 +1,132 @@
+// The gateway client library: one question per request, "may this request go ahead?",
+// answered within a deadline whatever the cluster is doing.
+//
+// A Client routes each key to the shard node that owns it (the same ring every node
+// derives from the same member list), spends tokens leased in batches from local buckets
+// (so the nodes see a fraction of the traffic while the limit stays strict), and, when a
+// node is slow or down, falls back per class of limit: security to a strict local limit (or
+// deny), contract to a local bucket at L/N, billing fails open and reconciles later,
+// capacity to a local load shedder.
+//
+// Thread-safety: a Client is safe to use from any number of threads at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace limiter::client {
+
+struct Request {
+  std::string_view policy = {};
+  std::string_view key = {};
+  std::string_view tenant = {};     // needed when the policy nests under a tenant (parent:)
+  std::string_view operation = {};  // the policy's cost for this operation; empty: `cost`
+  int64_t cost = 1;
+};
+
+// Where a decision came from.
+enum class Source : uint8_t {
+  kStore,     // the owner node answered within the deadline
+  kLease,     // spent from units already leased from the owner
+  kFallback,  // the owner was slow or down: the policy's class decided
+};
+std::string_view SourceName(Source source);
+
+// A held slot of a capacity limit's local shedder (only for capacity-class fallback
+// decisions); the slot is freed when the Permit is destroyed, so keep it for as long as the
+// request runs.
+class Permit {
+ public:
+  Permit() = default;
+  explicit Permit(std::function<void()> release) : release_(std::move(release)) {}
+  Permit(Permit&& other) noexcept : release_(std::move(other.release_)) { other.release_ = {}; }
+  Permit& operator=(Permit&& other) noexcept {
+    Reset();
+    release_ = std::move(other.release_);
+    other.release_ = {};
+    return *this;
+  }
+  Permit(const Permit&) = delete;
+  Permit& operator=(const Permit&) = delete;
+  ~Permit() { Reset(); }
+  explicit operator bool() const { return static_cast<bool>(release_); }
+  void Reset() {
+    if (release_) std::exchange(release_, {})();
+  }
+
+ private:
+  std::function<void()> release_;
+};
+
+struct Decision {
+  bool allowed = false;
+  // The policy that decided (the denying one when denied); points into the client's policy
+  // set, valid for as long as the Client.
+  std::string_view policy;
+  int64_t limit = 0;        // its L
+  int64_t window_ms = 0;    // its W
+  int64_t remaining = 0;    // units left, as far as this gateway knows
+  std::chrono::milliseconds retry_after{0};
+  std::chrono::milliseconds reset{0};
+  Source source = Source::kStore;
+  std::string error;        // a bad request (unknown policy, missing tenant...): denied
+  Permit permit;
+};
+
+struct Options {
+  // The nodes: host:port each; or one DNS name:port whose addresses are the nodes (a
+  // Kubernetes headless service), resolved again every dns_refresh.
+  std::vector<std::string> members;
+  std::string members_dns;
+  std::chrono::milliseconds dns_refresh{5000};
+  // The policy file the nodes load (the same file).
+  std::string policy_file;
+  // The most a store call may take; beyond it the decision falls back.
+  std::chrono::microseconds deadline{2000};
+  // N, the number of gateways: a contract limit falls back to L/N on each.
+  int gateways = 1;
+  std::string name = "gateway";
+};
+
+// What the client has done, for a gateway to publish as metrics.
+struct Counters {
+  uint64_t decisions = 0;
+  uint64_t allowed = 0;
+  uint64_t denied = 0;
+  uint64_t by_source[3] = {};          // Source order
+  uint64_t fallback_by_class[4] = {};  // security, contract, billing, capacity
+  uint64_t store_calls = 0;            // CHECK, LEASE and RETURN ops sent
+  uint64_t store_errors = 0;           // deadline misses and connection failures
+  uint64_t deadline_misses = 0;
+  uint64_t wrong_owner = 0;
+  uint64_t leases = 0;
+  uint64_t units_leased = 0;
+  uint64_t units_expired = 0;
+  uint64_t units_returned = 0;
+  uint64_t nodes_down = 0;             // nodes marked down right now
+};
+
+class Client {
+ public:
+  // nullptr and *error set when the options cannot work (bad policy file, no members).
+  static std::unique_ptr<Client> Create(const Options& options, std::string* error);
+  virtual ~Client() = default;
+
+  // Blocks for at most about the deadline.
+  virtual Decision Decide(const Request& request) = 0;
+  // `done` runs exactly once, on the calling thread when the answer is local, else on the
+  // client's I/O thread; it must not block. The request's strings are copied.
+  virtual void DecideAsync(const Request& request, std::function<void(Decision)> done) = 0;
+
+  virtual Counters counters() const = 0;
+  // Gives unspent leased units back to their nodes; later decisions still work.
+  virtual void ReturnLeases() = 0;
+};
+
+}  // namespace limiter::client

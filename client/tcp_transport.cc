@@ -1,0 +1,230 @@
+#include "client/tcp_transport.h"
+
+#include <asio.hpp>
+#include <charconv>
+#include <deque>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "client/wire_convert.h"
+#include "common/frame_codec.h"
+#include "common/read_buffer.h"
+#include "common/wire.h"
+
+namespace limiter {
+namespace {
+
+using asio::ip::tcp;
+constexpr size_t kMaxOpsPerFrame = 256;
+constexpr uint32_t kMaxReplyBytes = 64u << 20;
+
+}  // namespace
+
+class TcpTransport::Link : public std::enable_shared_from_this<Link> {
+ public:
+  Link(asio::io_context& io, std::string address)
+      : io_(io), address_(std::move(address)), socket_(io), resolver_(io) {}
+
+  void Send(OpSpec op, Callback done) {
+    AddOp(builder_, next_id_, op);
+    batch_.push_back({next_id_++, std::move(done)});
+    if (batch_.size() >= kMaxOpsPerFrame) {
+      Flush();
+    } else if (!flush_posted_) {
+      flush_posted_ = true;
+      asio::post(io_, [self = shared_from_this()] {
+        self->flush_posted_ = false;
+        self->Flush();
+      });
+    }
+  }
+
+  void Close(const std::string& why) {
+    asio::error_code ignored;
+    socket_.close(ignored);
+    resolver_.cancel();
+    state_ = State::kClosed;
+    std::vector<Pending> failed;
+    for (Frame& f : in_flight_) {
+      for (Pending& p : f) failed.push_back(std::move(p));
+    }
+    in_flight_.clear();
+    for (Pending& p : batch_) failed.push_back(std::move(p));
+    batch_.clear();
+    builder_.Clear();
+    out_.clear();
+    pending_out_.clear();
+    in_.Clear();
+    writing_ = false;
+    for (Pending& p : failed) p.done(CallResult{CallStatus::kConnection, why, {}});
+  }
+
+ private:
+  struct Pending {
+    uint64_t id;
+    Callback done;
+  };
+  using Frame = std::vector<Pending>;
+  enum class State { kClosed, kConnecting, kOpen };
+
+  void Flush() {
+    if (batch_.empty()) return;
+    if (state_ == State::kClosed) Connect();
+    AppendFrame(pending_out_, builder_.Finish());
+    builder_.Clear();
+    in_flight_.push_back(std::move(batch_));
+    batch_.clear();
+    if (state_ == State::kOpen) Write();
+  }
+
+  void Connect() {
+    state_ = State::kConnecting;
+    const size_t colon = address_.rfind(':');
+    std::string host = address_.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    // A numeric address needs no resolver (whose first use starts a thread).
+    asio::error_code ec;
+    const asio::ip::address ip = asio::ip::make_address(host, ec);
+    unsigned port = 0;
+    auto [end, perr] = std::from_chars(address_.data() + colon + 1,
+                                       address_.data() + address_.size(), port);
+    if (!ec && perr == std::errc() && port <= 65535) {
+      socket_.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(port)),
+                            [self = shared_from_this()](const asio::error_code& ec) {
+                              self->Connected(ec);
+                            });
+      return;
+    }
+    resolver_.async_resolve(
+        host, address_.substr(colon + 1),
+        [self = shared_from_this()](const asio::error_code& ec, tcp::resolver::results_type r) {
+          if (ec) {
+            self->Close("cannot resolve " + self->address_ + ": " + ec.message());
+            return;
+          }
+          asio::async_connect(self->socket_, r,
+                              [self](const asio::error_code& ec, const tcp::endpoint&) {
+                                self->Connected(ec);
+                              });
+        });
+  }
+
+  void Connected(const asio::error_code& ec) {
+    if (ec) {
+      Close("cannot connect to " + address_ + ": " + ec.message());
+      return;
+    }
+    asio::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    state_ = State::kOpen;
+    Read();
+    Write();
+  }
+
+  void Write() {
+    if (writing_ || pending_out_.empty()) return;
+    writing_ = true;
+    out_.swap(pending_out_);
+    pending_out_.clear();
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                        self->writing_ = false;
+                        self->out_.clear();
+                        if (ec) {
+                          self->Close("lost the connection to " + self->address_);
+                          return;
+                        }
+                        self->Write();
+                      });
+  }
+
+  void Read() {
+    const std::span<uint8_t> space = in_.Space(64 * 1024);
+    socket_.async_read_some(
+        asio::buffer(space.data(), space.size()),
+        [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+          if (!ec) self->in_.Commit(n);
+          if (ec) {
+            if (ec != asio::error::operation_aborted) {
+              self->Close("lost the connection to " + self->address_);
+            }
+            return;
+          }
+          if (self->Deliver()) self->Read();
+        });
+  }
+
+  // Hands every whole reply frame to its ops. False when the connection had to close.
+  bool Deliver() {
+    while (true) {
+      const FrameResult f = DecodeFrame(in_.readable(), kMaxReplyBytes);
+      if (f.status == FrameStatus::kNeedMore) break;
+      const wire::Reply* reply =
+          f.status == FrameStatus::kFrame ? VerifiedReply(f.body, aligned_) : nullptr;
+      if (!reply || in_flight_.empty()) {
+        Close("bad reply from " + address_);
+        return false;
+      }
+      Frame frame = std::move(in_flight_.front());
+      in_flight_.pop_front();
+      const auto* ops = reply->ops();
+      for (size_t i = 0; i < frame.size(); ++i) {
+        const wire::OpReply* op =
+            ops && i < ops->size() ? ops->Get(static_cast<flatbuffers::uoffset_t>(i)) : nullptr;
+        if (op && op->id() == frame[i].id) {
+          CallResult result;
+          result.answer = FromWire(*op);
+          frame[i].done(std::move(result));
+        } else {
+          const std::string why = reply->error() ? reply->error()->str() : "no answer for the op";
+          frame[i].done(CallResult{CallStatus::kConnection, why, {}});
+        }
+      }
+      if (state_ == State::kClosed) return false;  // a callback closed this link
+      in_.Consume(f.consumed);  // after the callbacks: `reply` points into in_
+    }
+    return true;
+  }
+
+  asio::io_context& io_;
+  const std::string address_;
+  tcp::socket socket_;
+  tcp::resolver resolver_;
+  State state_ = State::kClosed;
+  RequestBuilder builder_;
+  Frame batch_;                  // ops in builder_, not yet framed
+  std::deque<Frame> in_flight_;  // framed, in send order, awaiting replies
+  std::vector<uint8_t> pending_out_;
+  std::vector<uint8_t> out_;
+  ReadBuffer in_;
+  std::vector<uint64_t> aligned_;  // a reply body copied to 8-byte alignment
+  uint64_t next_id_ = 1;
+  bool flush_posted_ = false;
+  bool writing_ = false;
+};
+
+TcpTransport::TcpTransport(asio::io_context& io) : io_(io) {}
+
+TcpTransport::~TcpTransport() { CloseAll(); }
+
+void TcpTransport::CloseAll() {
+  auto links = std::move(links_);
+  links_.clear();
+  for (auto& [address, link] : links) link->Close("client closed");
+}
+
+void TcpTransport::Send(const std::string& address, OpSpec op, Callback done) {
+  auto& link = links_[address];
+  if (!link) link = std::make_shared<Link>(io_, address);
+  link->Send(std::move(op), std::move(done));
+}
+
+void TcpTransport::Disconnect(const std::string& address) {
+  auto it = links_.find(address);
+  if (it == links_.end()) return;
+  auto link = std::move(it->second);
+  links_.erase(it);
+  link->Close("disconnected: " + address + " is marked down");
+}
+
+}  // namespace limiter

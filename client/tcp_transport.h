@@ -1,0 +1,34 @@
+// TcpTransport: the real Transport. One connection per node, opened on first use; ops sent
+// in the same turn of the I/O loop share a frame, and frames are pipelined. Everything runs
+// on the scheduler's io_context thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "client/transport.h"
+
+namespace asio {
+class io_context;
+}
+
+namespace limiter {
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(asio::io_context& io);
+  ~TcpTransport() override;
+
+  void Send(const std::string& address, OpSpec op, Callback done) override;
+  void Disconnect(const std::string& address) override;
+  // Closes every connection; their calls end with kConnection. On the I/O thread.
+  void CloseAll();
+
+ private:
+  class Link;
+  asio::io_context& io_;
+  std::unordered_map<std::string, std::shared_ptr<Link>> links_;
+};
+
+}  // namespace limiter

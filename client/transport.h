@@ -1,0 +1,70 @@
+// The client's network seam: one op to one node, one answer. The real one is TCP with
+// batching and pipelining (tcp_transport.h); tests use an in-process one that hands frames
+// to a Node, with delays and failures on demand.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/decision.h"
+
+namespace limiter {
+
+enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats };
+
+// What a client asks a node: the fields of one wire::Op.
+struct OpSpec {
+  OpKind kind = OpKind::kCheck;
+  std::string policy;
+  std::string key;
+  std::string tenant;
+  std::string operation;
+  int64_t cost = 1;  // CHECK: cost; LEASE: units wanted; RETURN: units given back
+  int64_t leased_at_ms = 0;
+};
+
+enum class CallStatus : uint8_t {
+  kOk,          // the node answered; see OpAnswer.status
+  kDeadline,    // no answer in time
+  kConnection,  // could not connect, or the connection broke
+};
+
+// The node's answer, copied out of a wire::OpReply.
+struct OpAnswer {
+  enum class Status : uint8_t { kOk, kBadRequest, kUnknownPolicy, kKeysExhausted, kWrongOwner };
+  Status status = Status::kOk;
+  std::string error;
+  bool allowed = false;
+  int64_t retry_after_ms = 0;
+  int denied_by = -1;
+  std::string denied_policy;
+  std::vector<Decision> results;  // per limit: the op's, then its ancestors
+  int64_t granted = 0;
+  int64_t granted_at_ms = 0;
+  int64_t lease_ttl_ms = 0;
+  int64_t suggested_lease = 0;
+  uint64_t ring_version = 0;
+  std::vector<std::string> members;  // WrongOwner: the node's member list
+};
+
+struct CallResult {
+  CallStatus status = CallStatus::kOk;
+  std::string message;  // why, when not kOk
+  OpAnswer answer;
+};
+
+class Transport {
+ public:
+  using Callback = std::function<void(CallResult)>;
+  virtual ~Transport() = default;
+  // Call on the scheduler's thread. `done` runs once, on that thread: with the answer, or
+  // kConnection. The transport does not time out; the caller keeps the deadline and ignores
+  // answers that come too late.
+  virtual void Send(const std::string& address, OpSpec op, Callback done) = 0;
+  // Drops the connection to a node (marked down): its calls end with kConnection.
+  virtual void Disconnect(const std::string& address) = 0;
+};
+
+}  // namespace limiter

@@ -1,0 +1,19 @@
+// Member lists: "host:port" strings, given statically or found by resolving one DNS name
+// (a Kubernetes headless service gives one address per pod).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace limiter {
+
+// Splits "a:1,b:2" into members; an error names the first malformed one.
+Result<std::vector<std::string>> ParseMemberList(const std::string& text);
+
+// Resolves "name:port" to "address:port" for every address (IPv6 as "[addr]:port"),
+// sorted and without repeats. Blocks on DNS.
+Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port);
+
+}  // namespace limiter

@@ -1,0 +1,31 @@
+// The README's gateway example, built with the project so that it keeps compiling.
+// Usage: gateway_example POLICY_FILE HOST:PORT[,HOST:PORT...] API_KEY TENANT
+#include <iostream>
+#include <string>
+
+#include "limiter/client/client.h"
+#include "limiter/client/http.h"
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: gateway_example POLICY_FILE HOST:PORT[,...] API_KEY TENANT\n";
+    return 2;
+  }
+  limiter::client::Options options;
+  options.policy_file = argv[1];             // the file the nodes load
+  options.members = {argv[2]};               // or members_dns = "limiterd.ns.svc:7450"
+  options.gateways = 40;                     // contract limits fall back to L/40 each
+  std::string error;
+  auto limiter = limiter::client::Client::Create(options, &error);
+  if (!limiter) {
+    std::cerr << error << '\n';
+    return 1;
+  }
+  // Per request: one call, answered within the deadline (2 ms) whatever the cluster does.
+  limiter::client::Decision d =
+      limiter->Decide({.policy = "api_key", .key = argv[3], .tenant = argv[4], .operation = "report"});
+  const limiter::client::HttpRateLimit http = limiter::client::RenderHttp(d);
+  std::cout << http.status << " (" << limiter::client::SourceName(d.source) << ")\n";
+  for (const auto& [name, value] : http.headers) std::cout << name << ": " << value << '\n';
+  return 0;
+}

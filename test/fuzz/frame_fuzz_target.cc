@@ -1,0 +1,116 @@
+#include "test/fuzz/frame_fuzz_target.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/frame_codec.h"
+#include "common/policy_file.h"
+#include "common/wire.h"
+
+namespace limiter::fuzz {
+namespace {
+
+constexpr size_t kSweepEveryFrames = 1024;
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "frame fuzzer: %s\n", message.c_str());
+  std::abort();
+}
+
+PolicySet LoadPolicies() {
+  Result<PolicySet> policies = ParsePolicies(kPolicies, "fuzz-policies.yaml");
+  if (!policies) Die(policies.error());
+  return std::move(policies).value();
+}
+
+NodeOptions FuzzOptions() {
+  NodeOptions options;
+  options.name = "fuzz-node";
+  options.store.max_keys = 100;
+  options.store.stripes = 4;
+  options.sweep_budget = 64;
+  return options;
+}
+
+// The reply frame `reply` (length prefix included) must be exactly one verified Reply. For a
+// request that verified, it answers each op in order; otherwise it carries only an error.
+void CheckReply(std::span<const uint8_t> reply, const wire::Request* request,
+                std::vector<uint64_t>& scratch) {
+  const FrameResult frame = DecodeFrame(reply, UINT32_MAX);
+  if (frame.status != FrameStatus::kFrame || frame.consumed != reply.size()) {
+    Die("the node appended " + std::to_string(reply.size()) + " bytes that are not one frame");
+  }
+  const wire::Reply* r = VerifiedReply(frame.body, scratch);
+  if (r == nullptr) Die("a reply frame does not verify as a Reply");
+  if (request == nullptr) {
+    if (r->error() == nullptr || r->error()->size() == 0 || r->ops() != nullptr) {
+      Die("a bad frame was not answered with an error reply alone");
+    }
+    return;
+  }
+  const size_t asked = request->ops() ? request->ops()->size() : 0;
+  const size_t answered = r->ops() ? r->ops()->size() : 0;
+  if (asked != answered) {
+    Die(std::to_string(asked) + " ops asked, " + std::to_string(answered) + " answered");
+  }
+  for (size_t i = 0; i < asked; ++i) {
+    const auto at = static_cast<flatbuffers::uoffset_t>(i);
+    if (request->ops()->Get(at)->id() != r->ops()->Get(at)->id()) {
+      Die("reply op " + std::to_string(i) + " carries another op's id");
+    }
+  }
+  if ((request->hello() != nullptr) != (r->hello() != nullptr)) {
+    Die("a hello was not answered with exactly one hello");
+  }
+}
+
+// The store's key count is a reservation count: it must stay within [0, max_keys].
+void CheckKeyCount(Store& store) {
+  const int64_t keys = store.keys();
+  if (keys < 0 || keys > store.max_keys()) {
+    Die("the store counts " + std::to_string(keys) + " keys; the bound is " +
+        std::to_string(store.max_keys()));
+  }
+}
+
+}  // namespace
+
+FuzzNode::FuzzNode()
+    : policies(LoadPolicies()), node(policies, clock, FuzzOptions()), worker(node.AddWorker()) {}
+
+FuzzNode& SharedFuzzNode() {
+  static FuzzNode node;
+  return node;
+}
+
+void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
+  FuzzNode& f = SharedFuzzNode();
+  const uint32_t max_frame = f.node.options().max_frame_bytes;
+  for (;;) {
+    const FrameResult frame = DecodeFrame(input, max_frame);
+    if (frame.status == FrameStatus::kNeedMore) return;
+    const size_t reply_at = replies.size();
+    if (frame.status != FrameStatus::kFrame) {
+      f.node.ErrorFrame(f.worker, DescribeFrameError(frame, max_frame), replies);
+      CheckReply(std::span(replies).subspan(reply_at), nullptr, f.reply_copy);
+      return;
+    }
+    f.clock.Advance(kStepMs);
+    // The body goes to the node where it is, at any alignment, as the server passes it.
+    f.node.HandleFrame(f.worker, frame.body, replies);
+    CheckReply(std::span(replies).subspan(reply_at), VerifiedRequest(frame.body, f.request_copy),
+               f.reply_copy);
+    if (++f.frames % kSweepEveryFrames == 0) f.node.Sweep();
+    CheckKeyCount(f.node.store());
+    input = input.subspan(frame.consumed);
+  }
+}
+
+}  // namespace limiter::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> replies;
+  limiter::fuzz::FeedStream({data, size}, replies);
+  return 0;
+}

@@ -1,0 +1,215 @@
+// The gateway library against real limiterd processes on loopback: a 3-node cluster, a node
+// killed with SIGKILL and restarted, a stale member list, and 8 threads through Decide.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <thread>
+
+#include "common/ring.h"
+#include "limiter/client/asio.h"
+#include "limiter/client/client.h"
+#include "test/integration/node_process.h"
+
+namespace limiter {
+namespace {
+
+using client::Decision;
+using client::Request;
+using client::Source;
+using testing::RunningNode;
+
+const char* kPolicies = R"(
+policies:
+  - {name: api, algorithm: token_bucket, limit: 1000, window: 1s, class: contract,
+     lease: {size: 10}}
+  - {name: login, algorithm: fixed_window, limit: 5, window: 1m, class: security,
+     fallback: {limit: 2, window: 1m}}
+  - {name: tenant, algorithm: gcra, limit: 300, window: 1h, class: contract}
+  - {name: key, algorithm: gcra, limit: 100, window: 1h, class: contract, parent: tenant}
+)";
+
+class Cluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    policies_ = testing::WriteTempFile("cluster_policies.yaml", kPolicies);
+    for (int i = 0; i < 3; ++i) {
+      addresses_.push_back("127.0.0.1:" + std::to_string(testing::PickFreePort()));
+    }
+    for (const std::string& a : addresses_) members_ += (members_.empty() ? "" : ",") + a;
+    for (const std::string& a : addresses_) {
+      nodes_.push_back(testing::StartMember(a, members_, policies_));
+      ASSERT_FALSE(nodes_.back().listen.empty());
+    }
+  }
+
+  std::unique_ptr<client::Client> NewClient(std::vector<std::string> members) {
+    client::Options o;
+    o.members = std::move(members);
+    o.policy_file = policies_;
+    o.gateways = 1;
+    // Sanitizer builds are slow; deadlines themselves are tested in the simulation.
+    o.deadline = std::chrono::milliseconds(50);
+    std::string error;
+    auto c = client::Client::Create(o, &error);
+    EXPECT_NE(c, nullptr) << error;
+    return c;
+  }
+
+  // A key whose owner is `address`.
+  std::string KeyOwnedBy(const std::string& address, const std::string& prefix) {
+    const Ring ring(addresses_);
+    for (int i = 0;; ++i) {
+      const std::string k = prefix + std::to_string(i);
+      if (ring.Owner(k) == address) return k;
+    }
+  }
+
+  std::string policies_;
+  std::vector<std::string> addresses_;
+  std::string members_;
+  std::vector<RunningNode> nodes_;
+};
+
+TEST_F(Cluster, AKilledNodeDegradesByClassAndItsKeysComeBackWhenItReturns) {
+  auto client = NewClient(addresses_);
+  ASSERT_TRUE(client);
+  const std::string victim = addresses_[2];
+  const std::string contract_key = KeyOwnedBy(victim, "api-");
+  const std::string login_key = KeyOwnedBy(victim, "user-");
+  const std::string healthy_key = KeyOwnedBy(addresses_[0], "api-");
+
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(client->Decide({"api", contract_key}).error.empty());
+    ASSERT_TRUE(client->Decide({"api", healthy_key}).error.empty());
+  }
+  EXPECT_TRUE(client->Decide({"login", login_key}).allowed);
+
+  nodes_[2].process->Signal(SIGKILL);
+  ASSERT_TRUE(nodes_[2].process->Wait(10'000).has_value());
+
+  // Contract requests keep working: no errors, the fallback answers for the dead node's keys.
+  int errors = 0, fallback = 0, login_admitted = 0;
+  for (int i = 0; i < 300; ++i) {
+    const Decision d = client->Decide({"api", contract_key});
+    errors += !d.error.empty();
+    fallback += d.source == Source::kFallback;
+    errors += !client->Decide({"api", healthy_key}).error.empty();
+    // Security: the strict local limit, 2 per minute, is all an attacker gets.
+    login_admitted += client->Decide({"login", login_key}).allowed;
+  }
+  EXPECT_EQ(errors, 0);
+  EXPECT_GT(fallback, 0);
+  EXPECT_LE(login_admitted, 2);
+  EXPECT_GE(client->counters().fallback_by_class[0], 298u);  // security
+  EXPECT_GE(client->counters().fallback_by_class[1], 1u);    // contract
+
+  // Restart it: its keys go back to the store once a probe finds it (probes back off to
+  // at most 1 s; the wait below only guards against a hang).
+  nodes_[2] = testing::StartMember(victim, members_, policies_);
+  ASSERT_FALSE(nodes_[2].listen.empty());
+  const auto restarted = std::chrono::steady_clock::now();
+  Source source = Source::kFallback;
+  while (source == Source::kFallback &&
+         std::chrono::steady_clock::now() - restarted < std::chrono::seconds(30)) {
+    source = client->Decide({"login", KeyOwnedBy(victim, "other-user-")}).source;
+    if (source == Source::kFallback) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(source, Source::kStore);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - restarted);
+  RecordProperty("back_to_store_ms", std::to_string(took.count()));
+  EXPECT_EQ(client->counters().nodes_down, 0u);
+}
+
+TEST_F(Cluster, AStaleMemberListIsCorrectedByWrongOwner) {
+  // This gateway knows only two of the three nodes.
+  auto client = NewClient({addresses_[0], addresses_[1]});
+  ASSERT_TRUE(client);
+  const std::string key = KeyOwnedBy(addresses_[2], "user-");
+  const Decision d = client->Decide({"login", key});
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.source, Source::kStore);
+  EXPECT_TRUE(d.error.empty()) << d.error;
+  EXPECT_GE(client->counters().wrong_owner, 1u);
+  // From now on the third node's keys go straight to it.
+  const uint64_t wrong = client->counters().wrong_owner;
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(client->Decide({"login", key}).allowed);
+  EXPECT_FALSE(client->Decide({"login", key}).allowed);  // 5 per minute, counted at its owner
+  EXPECT_EQ(client->counters().wrong_owner, wrong);
+}
+
+TEST_F(Cluster, EightThreadsThroughDecideKeepTheLimits) {
+  auto client = NewClient(addresses_);
+  ASSERT_TRUE(client);
+  std::atomic<int> tenant_admitted{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 400; ++i) {
+        // 8 threads, 50 keys under one tenant of 300: the tenant binds.
+        const Decision d =
+            client->Decide({"key", std::to_string((t * 400 + i) % 50) + "k", "acme"});
+        errors += !d.error.empty();
+        tenant_admitted += d.allowed;
+        Decision api;
+        api = client->Decide({"api", std::to_string(t) + "-shared"});
+        errors += !api.error.empty();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_LE(tenant_admitted.load(), 300);
+  EXPECT_GE(tenant_admitted.load(), 150);  // leases strand some, never more than 50 keys' worth
+  const client::Counters c = client->counters();
+  EXPECT_EQ(c.decisions, 8u * 400 * 2);
+  EXPECT_EQ(c.by_source[0] + c.by_source[1] + c.by_source[2], c.decisions);
+}
+
+TEST_F(Cluster, AsyncDecideCompletesOnTheGivenAsioExecutor) {
+  asio::io_context io;  // outlives the client, whose thread posts into it
+  auto client = NewClient(addresses_);
+  ASSERT_TRUE(client);
+  int done = 0, allowed = 0;
+  std::thread::id ran_on;
+  for (int i = 0; i < 7; ++i) {
+    client::AsyncDecide(*client, {"login", "async-user"}, io.get_executor(),
+                        [&](Decision d) {
+                          ++done;
+                          allowed += d.allowed;
+                          ran_on = std::this_thread::get_id();
+                        });
+  }
+  // Keep io from stopping while it waits for the first completion to be posted.
+  auto work = asio::make_work_guard(io);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (done < 7 && std::chrono::steady_clock::now() < give_up) {
+    io.run_one_for(std::chrono::seconds(1));
+  }
+  ASSERT_EQ(done, 7);
+  EXPECT_EQ(allowed, 5);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // the thread running io
+}
+
+TEST(ClientOptions, BadOptionsAreOneClearError) {
+  std::string error;
+  client::Options o;
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_EQ(error, "no policy file (Options::policy_file)");
+  o.policy_file = "/nonexistent.yaml";
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_EQ(error, "/nonexistent.yaml: cannot open the policy file");
+  o.policy_file = testing::WriteTempFile("opts_policies.yaml", kPolicies);
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_EQ(error, "no members: give Options::members or members_dns");
+  o.members = {"nohost"};
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_EQ(error, "member 'nohost' is not HOST:PORT with a port 1-65535");
+}
+
+}  // namespace
+}  // namespace limiter

@@ -1,0 +1,144 @@
+// Simulated time and network for client tests: one event queue that fires in a fixed order
+// (time, then order of scheduling), a Transport that hands frames to real Nodes after a
+// simulated latency, and a Clock for those Nodes that reads the simulated time. Single
+// threaded: everything runs inside RunUntil.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "client/scheduler.h"
+#include "client/transport.h"
+#include "client/wire_convert.h"
+#include "common/clock.h"
+#include "common/frame_codec.h"
+#include "common/wire.h"
+#include "server/node.h"
+
+namespace limiter::sim {
+
+class SimScheduler final : public Scheduler {
+ public:
+  explicit SimScheduler(int64_t start_us = 1'000'000'000) : now_us_(start_us) {}
+
+  int64_t NowUs() const override { return now_us_; }
+  void Post(std::function<void()> fn) override { After(0, std::move(fn)); }
+  uint64_t After(int64_t delay_us, std::function<void()> fn) override {
+    const uint64_t id = next_id_++;
+    auto it = queue_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_us), id),
+                             std::move(fn));
+    by_id_.emplace(id, it.first);
+    return id;
+  }
+  void Cancel(uint64_t timer) override {
+    auto it = by_id_.find(timer);
+    if (it == by_id_.end()) return;
+    queue_.erase(it->second);
+    by_id_.erase(it);
+  }
+
+  // Runs every event due up to `until_us`, in order, then sets the clock to it.
+  void RunUntil(int64_t until_us) {
+    while (!queue_.empty() && queue_.begin()->first.first <= until_us) {
+      auto it = queue_.begin();
+      now_us_ = it->first.first;
+      std::function<void()> fn = std::move(it->second);
+      by_id_.erase(it->first.second);
+      queue_.erase(it);
+      fn();
+    }
+    now_us_ = std::max(now_us_, until_us);
+  }
+  void RunFor(int64_t us) { RunUntil(now_us_ + us); }
+
+ private:
+  using Queue = std::map<std::pair<int64_t, uint64_t>, std::function<void()>>;
+  int64_t now_us_;
+  uint64_t next_id_ = 1;
+  Queue queue_;
+  std::unordered_map<uint64_t, Queue::iterator> by_id_;
+};
+
+// A node's clock that is the simulation's clock.
+class SimClock final : public Clock {
+ public:
+  explicit SimClock(const SimScheduler& s) : s_(s) {}
+  int64_t NowMs() const override { return s_.NowUs() / 1000; }
+
+ private:
+  const SimScheduler& s_;
+};
+
+class SimTransport final : public Transport {
+ public:
+  struct SimNode {
+    Node* node = nullptr;
+    Node::Worker* worker = nullptr;
+    int64_t latency_us = 100;  // each way
+    bool refuses = false;      // connections fail at once
+    bool silent = false;       // accepts, never answers
+  };
+
+  explicit SimTransport(SimScheduler& s) : s_(s) {}
+
+  void AddNode(const std::string& address, Node* node, int64_t latency_us = 100) {
+    SimNode& n = nodes_[address];
+    n.node = node;
+    n.worker = &node->AddWorker();
+    n.latency_us = latency_us;
+  }
+  SimNode& node(const std::string& address) { return nodes_.at(address); }
+  uint64_t sent() const { return sent_; }
+  uint64_t sent(OpKind kind) const { return by_kind_[static_cast<size_t>(kind)]; }
+  uint64_t sent(const std::string& policy) const {
+    auto it = by_policy_.find(policy);
+    return it == by_policy_.end() ? 0 : it->second;
+  }
+
+  void Send(const std::string& address, OpSpec op, Callback done) override {
+    ++sent_;
+    ++by_kind_[static_cast<size_t>(op.kind)];
+    ++by_policy_[op.policy];
+    auto it = nodes_.find(address);
+    if (it == nodes_.end() || it->second.refuses) {
+      s_.Post([done] { done(CallResult{CallStatus::kConnection, "refused", {}}); });
+      return;
+    }
+    if (it->second.silent) return;
+    SimNode* n = &it->second;
+    s_.After(n->latency_us, [this, n, op = std::move(op), done] {
+      RequestBuilder b;
+      AddOp(b, 1, op);
+      std::vector<uint8_t> out;
+      n->node->HandleFrame(*n->worker, b.Finish(), out);
+      const FrameResult f = DecodeFrame(out, 64u << 20);
+      std::vector<uint64_t> aligned;
+      const wire::Reply* reply = VerifiedReply(f.body, aligned);
+      CallResult result;
+      if (reply && reply->ops() && reply->ops()->size() == 1) {
+        result.answer = FromWire(*reply->ops()->Get(0));
+      } else {
+        result.status = CallStatus::kConnection;
+        result.message = "bad reply";
+      }
+      s_.After(n->latency_us, [done, result = std::move(result)] { done(result); });
+    });
+  }
+  void Disconnect(const std::string&) override {}
+
+ private:
+  SimScheduler& s_;
+  std::map<std::string, SimNode> nodes_;
+  uint64_t sent_ = 0;
+  uint64_t by_kind_[4] = {};
+  std::map<std::string, uint64_t> by_policy_;
+};
+
+}  // namespace limiter::sim
