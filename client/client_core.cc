@@ -28,6 +28,7 @@ struct alignas(64) ClientCore::Bucket {  // own cache lines: buckets of other th
     int64_t units;
     int64_t expires_us;
     int64_t granted_at_ms;  // node time, for RETURN
+    SubBucket sub;          // where it was leased from, for RETURN
   };
   // The leases not yet spent, oldest first, kept inline (no allocation on the request path).
   // A refill comes only below the watermark, so two or three are the most seen.
@@ -120,6 +121,21 @@ struct ClientCore::Debt {
   std::string key, tenant, owner;
   int64_t units = 0;
   bool in_flight = false;
+};
+
+// What this client knows of a split key: valid until its owner's answer says, renewed (with
+// the ops sent to the sub-buckets since) half way through.
+struct ClientCore::SplitView {
+  int policy = 0;
+  std::string key;
+  SubBucket sub;  // k and epoch; index: the next to use
+  int64_t valid_until_us = 0;
+  int64_t renew_at_us = 0;
+  int64_t sent = 0;
+  bool renewing = false;
+  uint32_t other_tries = 0;  // second tries after a denial, and how many were allowed
+  uint32_t other_wins = 0;
+  uint32_t denials = 0;
 };
 
 struct ClientCore::Shedder {
@@ -383,7 +399,7 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   if (start) scheduler_.Post([this, id = r.id] { StartLease(id); });
 }
 
-void ClientCore::StartLease(const KeyId& id) {
+void ClientCore::StartLease(const KeyId& id, int attempt) {
   Shard& shard = ShardOf(id);
   OpSpec op;
   op.kind = OpKind::kLease;
@@ -401,24 +417,65 @@ void ClientCore::StartLease(const KeyId& id) {
     b.lease_sent_us = scheduler_.NowUs();
   }
   const Policy& p = *policies_.Find(op.policy);
-  const std::string owner = OwnerOf(p.parent_index >= 0 ? op.tenant : op.key);
+  SubBucket sub;
+  if (std::optional<SubBucket> picked = PickSplit(p, op.key)) sub = *picked;
+  op.split_k = sub.k;
+  op.split_index = sub.index;
+  op.split_epoch = sub.epoch;
+  const std::string owner = OwnerFor(p.parent_index >= 0 ? op.tenant : op.key, op.key, sub);
   const int64_t wanted = op.cost;
   if (owner.empty() || IsDown(owner)) {
-    OnLease(id, wanted, 1, CallResult{CallStatus::kConnection, "owner is down", {}});
+    OnLease(id, wanted, 2, sub, CallResult{CallStatus::kConnection, "owner is down", {}});
     return;
   }
-  Call(owner, std::move(op), [this, id, wanted](CallResult result) {
-    OnLease(id, wanted, 0, std::move(result));
+  Call(owner, std::move(op), [this, id, wanted, attempt, sub](CallResult result) {
+    OnLease(id, wanted, attempt, sub, std::move(result));
   });
 }
 
-void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, CallResult result) {
-  if (result.status == CallStatus::kOk &&
-      result.answer.status == OpAnswer::Status::kWrongOwner && attempt == 0 &&
-      AdoptRing(result.answer)) {
-    counters_.wrong_owner.fetch_add(1, std::memory_order_relaxed);
-    StartLease(id);  // once more, to the owner the new ring names
-    return;
+void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub,
+                         CallResult result) {
+  const OpAnswer& answer = result.answer;
+  if (result.status == CallStatus::kOk) {
+    if (answer.status == OpAnswer::Status::kWrongOwner && attempt == 0 && AdoptRing(answer)) {
+      counters_.wrong_owner.fetch_add(1, std::memory_order_relaxed);
+      StartLease(id, 1);  // once more, to the owner the new ring names
+      return;
+    }
+    if (answer.status == OpAnswer::Status::kSplit && attempt < 2) {
+      // The key got hot and was split: lease from one of its sub-buckets instead.
+      counters_.split_redirects.fetch_add(1, std::memory_order_relaxed);
+      std::string policy, key;
+      {
+        Shard& shard = ShardOf(id);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        auto it = shard.buckets.find(id);
+        if (it == shard.buckets.end()) return;
+        policy = policies_.policies()[static_cast<size_t>(it->second.policy)].name;
+        key = it->second.key;
+      }
+      LearnSplit(*policies_.Find(policy), key, answer);
+      if (answer.split_valid_ms > 0) {
+        StartLease(id, attempt + 1);
+        return;
+      }
+    }
+    if (answer.status == OpAnswer::Status::kOk && answer.granted == 0 && sub.k != 0 &&
+        attempt == 0) {
+      std::string policy, key;
+      {
+        Shard& shard = ShardOf(id);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        auto it = shard.buckets.find(id);
+        if (it == shard.buckets.end()) return;
+        policy = policies_.policies()[static_cast<size_t>(it->second.policy)].name;
+        key = it->second.key;
+      }
+      if (TryOtherSubBucket(*policies_.Find(policy), key)) {
+        StartLease(id, 1);  // one sub-bucket is empty: try one other before denying
+        return;
+      }
+    }
   }
   Shard& shard = ShardOf(id);
   std::vector<std::pair<Done, ClientDecision>> answers;
@@ -443,7 +500,7 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, CallResul
     if (answered && a.status == OpAnswer::Status::kOk) {
       const int64_t now_us = scheduler_.NowUs();
       if (a.granted > 0) {
-        b.batches.push_back({a.granted, now_us + a.lease_ttl_ms * 1000, a.granted_at_ms});
+        b.batches.push_back({a.granted, now_us + a.lease_ttl_ms * 1000, a.granted_at_ms, sub});
         b.units += a.granted;
         counters_.leases.fetch_add(1, std::memory_order_relaxed);
         counters_.units_leased.fetch_add(static_cast<uint64_t>(a.granted),
@@ -501,6 +558,15 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, CallResul
         answers.emplace_back(std::move(b.waiters[i].done), std::move(d));
       }
       b.waiters.clear();
+    } else if (answered && a.status == OpAnswer::Status::kSplit) {
+      // Split, but between views: its owner reopens it soon. Deny until then.
+      b.next_lease_us = scheduler_.NowUs() + a.retry_after_ms * 1000;
+      for (Bucket::Waiter& w : b.waiters) {
+        ClientDecision d = Denied(r, "");
+        d.retry_after = std::chrono::milliseconds(a.retry_after_ms);
+        answers.emplace_back(std::move(w.done), std::move(d));
+      }
+      b.waiters.clear();
     } else if (answered && (a.status == OpAnswer::Status::kBadRequest ||
                             a.status == OpAnswer::Status::kUnknownPolicy ||
                             a.status == OpAnswer::Status::kWrongOwner)) {
@@ -523,7 +589,9 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, CallResul
 }
 
 void ClientCore::StartCheck(const Resolved& r, std::shared_ptr<Done> done, int attempt) {
-  const std::string owner = OwnerOf(r.routing);
+  SubBucket sub;
+  if (std::optional<SubBucket> picked = PickSplit(*r.policy, r.key)) sub = *picked;
+  const std::string owner = OwnerFor(r.routing, r.key, sub);
   if (owner.empty() || IsDown(owner)) {
     Fallback(r, std::move(*done));
     return;
@@ -535,9 +603,12 @@ void ClientCore::StartCheck(const Resolved& r, std::shared_ptr<Done> done, int a
   op.tenant = std::string(r.tenant);
   op.operation = std::string(r.operation);
   op.cost = r.operation.empty() ? r.cost : 1;
+  op.split_k = sub.k;
+  op.split_index = sub.index;
+  op.split_epoch = sub.epoch;
   // The closure outlives `r`: keep copies of the strings it points into.
   auto keep = std::make_shared<OpSpec>(op);
-  Call(owner, std::move(op), [this, keep, done, attempt](CallResult result) {
+  Call(owner, std::move(op), [this, keep, done, attempt, sub](CallResult result) {
     Resolved r;
     const client::Request req{keep->policy, keep->key, keep->tenant, keep->operation,
                               keep->cost};
@@ -552,10 +623,136 @@ void ClientCore::StartCheck(const Resolved& r, std::shared_ptr<Done> done, int a
       StartCheck(r, done, 1);
       return;
     }
+    if (a.status == OpAnswer::Status::kSplit) {
+      counters_.split_redirects.fetch_add(1, std::memory_order_relaxed);
+      LearnSplit(*r.policy, r.key, a);
+      if (a.split_valid_ms > 0 && attempt < 2) {
+        StartCheck(r, done, attempt + 1);  // to one of its sub-buckets
+        return;
+      }
+      ClientDecision d = Denied(r, "");  // between views: its owner reopens it soon
+      d.retry_after = std::chrono::milliseconds(a.retry_after_ms);
+      Count(d);
+      (*done)(std::move(d));
+      return;
+    }
+    if (a.status == OpAnswer::Status::kOk && sub.k != 0) {
+      if (!a.allowed && attempt == 0 && TryOtherSubBucket(*r.policy, r.key)) {
+        StartCheck(r, done, 1);  // denied by one sub-bucket: try one other before denying
+        return;
+      }
+      if (attempt == 1) NoteOtherSubBucket(*r.policy, r.key, a.allowed);
+    }
     ClientDecision d = a.status == OpAnswer::Status::kOk ? FromAnswer(r, a, Source::kStore)
-                                                   : Denied(r, a.error);
+                                                         : Denied(r, a.error);
     Count(d);
     (*done)(std::move(d));
+  });
+}
+
+std::string ClientCore::OwnerFor(std::string_view routing, std::string_view key,
+                                 const SubBucket& sub) const {
+  if (sub.k == 0) return OwnerOf(routing);
+  std::string sub_key(key);
+  sub_key += '#';
+  sub_key += std::to_string(sub.index);
+  return OwnerOf(sub_key);
+}
+
+std::optional<ClientCore::SubBucket> ClientCore::PickSplit(const Policy& p, std::string_view key) {
+  if (p.parent_index >= 0) return std::nullopt;  // nested keys are never split
+  const KeyId split_id = MakeKeyId({p.name, key});
+  SubBucket sub;
+  bool renew = false;
+  {
+    std::lock_guard<std::mutex> lock(split_mu_);
+    if (splits_.empty()) return std::nullopt;
+    auto it = splits_.find(split_id);
+    if (it == splits_.end()) return std::nullopt;
+    SplitView& view = it->second;
+    const int64_t now = scheduler_.NowUs();
+    if (now >= view.valid_until_us) {
+      splits_.erase(it);  // lapsed: ask the key's owner again
+      return std::nullopt;
+    }
+    sub = view.sub;
+    view.sub.index = static_cast<uint16_t>((view.sub.index + 1) % view.sub.k);
+    ++view.sent;
+    renew = now >= view.renew_at_us && !view.renewing;
+    view.renewing = view.renewing || renew;
+  }
+  if (renew) scheduler_.Post([this, split_id] { RenewSplit(split_id); });
+  return sub;
+}
+
+void ClientCore::LearnSplit(const Policy& p, std::string_view key, const OpAnswer& a) {
+  const KeyId split_id = MakeKeyId({p.name, key});
+  std::lock_guard<std::mutex> lock(split_mu_);
+  if (a.split_k == 0 || a.split_valid_ms <= 0) {
+    splits_.erase(split_id);
+    return;
+  }
+  const int64_t now = scheduler_.NowUs();
+  SplitView& view = splits_[split_id];
+  if (view.sub.epoch != a.split_epoch) {
+    view.sub.index = static_cast<uint16_t>(split_id.lo % a.split_k);  // gateways start apart
+  }
+  view.policy = policy_index_.at(p.name);
+  view.key = std::string(key);
+  view.sub.k = a.split_k;
+  view.sub.epoch = a.split_epoch;
+  view.sub.index = static_cast<uint16_t>(view.sub.index % a.split_k);
+  view.valid_until_us = now + a.split_valid_ms * 1000;
+  view.renew_at_us = now + a.split_valid_ms * 1000 / 2;
+  view.renewing = false;
+}
+
+bool ClientCore::TryOtherSubBucket(const Policy& p, std::string_view key) {
+  std::lock_guard<std::mutex> lock(split_mu_);
+  auto it = splits_.find(MakeKeyId({p.name, key}));
+  if (it == splits_.end()) return false;
+  SplitView& view = it->second;
+  ++view.denials;
+  return view.other_tries < 8 || view.other_wins * 4 >= view.other_tries ||
+         view.denials % 16 == 0;
+}
+
+void ClientCore::NoteOtherSubBucket(const Policy& p, std::string_view key, bool allowed) {
+  std::lock_guard<std::mutex> lock(split_mu_);
+  auto it = splits_.find(MakeKeyId({p.name, key}));
+  if (it == splits_.end()) return;
+  SplitView& view = it->second;
+  if (view.other_tries >= 64) {  // a sliding memory: halve both
+    view.other_tries /= 2;
+    view.other_wins /= 2;
+  }
+  ++view.other_tries;
+  view.other_wins += allowed;
+}
+
+void ClientCore::RenewSplit(const KeyId& split_id) {
+  OpSpec op;
+  op.kind = OpKind::kSplit;
+  {
+    std::lock_guard<std::mutex> lock(split_mu_);
+    auto it = splits_.find(split_id);
+    if (it == splits_.end()) return;
+    op.policy = policies_.policies()[static_cast<size_t>(it->second.policy)].name;
+    op.key = it->second.key;
+    op.cost = std::min(it->second.sent, kMaxCost);
+    it->second.sent = 0;
+  }
+  const std::string owner = OwnerOf(op.key);
+  if (owner.empty() || IsDown(owner)) return;  // the view lapses by itself
+  const std::string policy = op.policy, key = op.key;
+  Call(owner, std::move(op), [this, split_id, policy, key](CallResult result) {
+    if (result.status == CallStatus::kOk && result.answer.status == OpAnswer::Status::kOk) {
+      LearnSplit(*policies_.Find(policy), key, result.answer);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(split_mu_);
+    auto it = splits_.find(split_id);
+    if (it != splits_.end()) it->second.renewing = false;  // try again with the next op
   });
 }
 
@@ -959,6 +1156,7 @@ client::Counters ClientCore::counters() const {
   c.units_leased = counters_.units_leased.load(std::memory_order_relaxed);
   c.units_returned = counters_.units_returned.load(std::memory_order_relaxed);
   c.units_expired = counters_.units_expired.load(std::memory_order_relaxed);
+  c.split_redirects = counters_.split_redirects.load(std::memory_order_relaxed);
   for (const auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
     c.decisions += shard->lease_allowed + shard->lease_denied;
@@ -995,7 +1193,6 @@ void ClientCore::ReturnLeases(std::function<void()> done) {
     for (auto& [id, b] : shard->buckets) {
       b.Expire(now, &shard->expired);
       const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-      const std::string owner = OwnerOf(p.parent_index >= 0 ? b.tenant : b.key);
       for (const Bucket::Batch& batch : b.batches) {
         OpSpec op;
         op.kind = OpKind::kReturn;
@@ -1004,7 +1201,11 @@ void ClientCore::ReturnLeases(std::function<void()> done) {
         op.tenant = b.tenant;
         op.cost = batch.units;
         op.leased_at_ms = batch.granted_at_ms;
-        calls.emplace_back(owner, std::move(op));
+        op.split_k = batch.sub.k;
+        op.split_index = batch.sub.index;
+        op.split_epoch = batch.sub.epoch;
+        calls.emplace_back(OwnerFor(p.parent_index >= 0 ? b.tenant : b.key, b.key, batch.sub),
+                           std::move(op));
       }
       b.batches.clear();
       b.units = 0;

@@ -73,6 +73,12 @@ class ClientCore {
 
  private:
   struct Resolved;
+  struct SubBucket {
+    uint16_t k = 0;  // 0: the key itself
+    uint16_t index = 0;
+    uint32_t epoch = 0;
+  };
+  struct SplitView;
   struct Bucket;
   struct Shard;
   struct Health;
@@ -86,8 +92,20 @@ class ClientCore {
              client::Decision* out, bool* refill);
   // Whether every limit of the chain charges `operation` as much as `policy` does.
   bool SameCostAlongChain(const Policy& policy, std::string_view operation, int64_t cost) const;
-  void StartLease(const KeyId& id);
-  void OnLease(const KeyId& id, int64_t wanted, int attempt, CallResult result);
+  void StartLease(const KeyId& id, int attempt = 0);
+  void OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub, CallResult result);
+  // Hot keys: a key its owner has split. PickSplit chooses the sub-bucket for the next op
+  // (in turn) and counts it, or nullopt when the key is not (known to be) split.
+  std::optional<SubBucket> PickSplit(const Policy& p, std::string_view key);
+  void LearnSplit(const Policy& p, std::string_view key, const OpAnswer& a);
+  // After a denial by one sub-bucket: whether to try one other. Always while such second
+  // tries pay off now and then; when nearly all fail (the key is over its limit everywhere),
+  // only one denial in 16, so a denied request costs the cluster one op, not two.
+  bool TryOtherSubBucket(const Policy& p, std::string_view key);
+  void NoteOtherSubBucket(const Policy& p, std::string_view key, bool allowed);
+  void RenewSplit(const KeyId& split_id);
+  // The node an op goes to: the routing key's owner, or a sub-bucket's ("key#i").
+  std::string OwnerFor(std::string_view routing, std::string_view key, const SubBucket& sub) const;
   void StartCheck(const Resolved& r, std::shared_ptr<Done> done, int attempt);
   void Fallback(const Resolved& r, Done done);
   void GrantSlot(int policy, const std::shared_ptr<Done>& done);  // capacity shedder
@@ -121,6 +139,9 @@ class ClientCore {
   std::mutex health_mu_;
   std::unordered_map<std::string, Health> health_;  // guarded by health_mu_
 
+  std::mutex split_mu_;
+  std::unordered_map<KeyId, SplitView, KeyIdHash> splits_;  // guarded by split_mu_
+
   std::mutex fallback_mu_;
   std::unordered_map<KeyId, KeyLimiter, KeyIdHash> local_limits_;  // guarded by fallback_mu_
   std::unordered_map<KeyId, Debt, KeyIdHash> debts_;                // guarded by fallback_mu_
@@ -132,6 +153,7 @@ class ClientCore {
     std::array<std::atomic<uint64_t>, 4> fallback_by_class{};
     std::atomic<uint64_t> store_calls{0}, store_errors{0}, deadline_misses{0}, wrong_owner{0};
     std::atomic<uint64_t> leases{0}, units_leased{0}, units_expired{0}, units_returned{0};
+    std::atomic<uint64_t> split_redirects{0};
   };
   mutable AtomicCounters counters_;
 };

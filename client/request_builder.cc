@@ -10,6 +10,8 @@ struct RequestBuilder::Impl {
   flatbuffers::FlatBufferBuilder fbb{1024};
   std::vector<flatbuffers::Offset<wire::Op>> ops;
   flatbuffers::Offset<wire::Hello> hello;
+  uint16_t split_k = 0, split_index = 0;  // for the next op only
+  uint32_t split_epoch = 0;
 
   flatbuffers::Offset<flatbuffers::String> Str(std::string_view s) {
     return fbb.CreateString(s.data(), s.size());
@@ -36,6 +38,12 @@ struct RequestBuilder::Impl {
     if (!op.IsNull()) b.add_operation(op);
     b.add_dry_run(dry_run);
     b.add_leased_at_ms(leased_at);
+    if (split_k != 0) {
+      b.add_split_k(split_k);
+      b.add_split_index(split_index);
+      b.add_split_epoch(split_epoch);
+      split_k = 0;
+    }
     ops.push_back(b.Finish());
   }
 };
@@ -47,6 +55,7 @@ void RequestBuilder::Clear() {
   impl_->fbb.Clear();
   impl_->ops.clear();
   impl_->hello = 0;
+  impl_->split_k = 0;
 }
 
 void RequestBuilder::Hello(std::string_view client_name) {
@@ -89,6 +98,21 @@ void RequestBuilder::Inspect(uint64_t id, std::string_view policy, std::string_v
 
 void RequestBuilder::Stats(uint64_t id) {
   impl_->Add(id, wire::OpType::Stats, 0, {}, 1, {}, false, 0);
+}
+
+void RequestBuilder::Split(uint64_t id, std::string_view policy, std::string_view key,
+                           int64_t sent) {
+  impl_->Add(id, wire::OpType::Split, impl_->One(policy, key), {}, sent, {}, false, 0);
+}
+
+void RequestBuilder::HotKeys(uint64_t id) {
+  impl_->Add(id, wire::OpType::HotKeys, 0, {}, 1, {}, false, 0);
+}
+
+void RequestBuilder::OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch) {
+  impl_->split_k = k;
+  impl_->split_index = index;
+  impl_->split_epoch = epoch;
 }
 
 size_t RequestBuilder::ops() const { return impl_->ops.size(); }

@@ -29,6 +29,12 @@ class RequestBuilder {
               std::string_view tenant, int64_t units, int64_t leased_at_ms);
   void Inspect(uint64_t id, std::string_view policy, std::string_view key);
   void Stats(uint64_t id);
+  // SPLIT: a split key's current split, reporting `sent` ops sent to its sub-buckets.
+  void Split(uint64_t id, std::string_view policy, std::string_view key, int64_t sent);
+  void HotKeys(uint64_t id);
+  // Makes the next op (Check, Lease, Return, Inspect) one on sub-bucket `index` of a key split
+  // `k` ways in split `epoch`.
+  void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch);
 
   size_t ops() const;
   // The encoded body, valid until the next call that changes the builder.

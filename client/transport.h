@@ -12,7 +12,7 @@
 
 namespace limiter {
 
-enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats };
+enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats, kSplit, kHotKeys };
 
 // What a client asks a node: the fields of one wire::Op.
 struct OpSpec {
@@ -21,8 +21,13 @@ struct OpSpec {
   std::string key;
   std::string tenant;
   std::string operation;
-  int64_t cost = 1;  // CHECK: cost; LEASE: units wanted; RETURN: units given back
+  int64_t cost = 1;  // CHECK: cost; LEASE: units wanted; RETURN: units given back;
+                     // SPLIT: ops sent to the sub-buckets
   int64_t leased_at_ms = 0;
+  // An op on a sub-bucket of a split key (0: the key itself).
+  uint16_t split_k = 0;
+  uint16_t split_index = 0;
+  uint32_t split_epoch = 0;
 };
 
 enum class CallStatus : uint8_t {
@@ -33,7 +38,14 @@ enum class CallStatus : uint8_t {
 
 // The node's answer, copied out of a wire::OpReply.
 struct OpAnswer {
-  enum class Status : uint8_t { kOk, kBadRequest, kUnknownPolicy, kKeysExhausted, kWrongOwner };
+  enum class Status : uint8_t {
+    kOk,
+    kBadRequest,
+    kUnknownPolicy,
+    kKeysExhausted,
+    kWrongOwner,
+    kSplit,  // the key is split: nothing charged, use its sub-buckets
+  };
   Status status = Status::kOk;
   std::string error;
   bool allowed = false;
@@ -47,6 +59,9 @@ struct OpAnswer {
   int64_t suggested_lease = 0;
   uint64_t ring_version = 0;
   std::vector<std::string> members;  // WrongOwner: the node's member list
+  uint16_t split_k = 0;              // Split status or SPLIT op: 0 means not split
+  uint32_t split_epoch = 0;
+  int64_t split_valid_ms = 0;
 };
 
 struct CallResult {

@@ -5,6 +5,7 @@
 namespace limiter {
 
 void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
+  if (op.split_k != 0) b.OnSubBucket(op.split_k, op.split_index, op.split_epoch);
   switch (op.kind) {
     case OpKind::kCheck: b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation); break;
     case OpKind::kLease: b.Lease(id, op.policy, op.key, op.tenant, op.cost); break;
@@ -12,6 +13,8 @@ void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
       b.Return(id, op.policy, op.key, op.tenant, op.cost, op.leased_at_ms);
       break;
     case OpKind::kStats: b.Stats(id); break;
+    case OpKind::kSplit: b.Split(id, op.policy, op.key, op.cost); break;
+    case OpKind::kHotKeys: b.HotKeys(id); break;
   }
 }
 
@@ -23,6 +26,7 @@ OpAnswer FromWire(const wire::OpReply& r) {
     case wire::Status::UnknownPolicy: a.status = OpAnswer::Status::kUnknownPolicy; break;
     case wire::Status::KeysExhausted: a.status = OpAnswer::Status::kKeysExhausted; break;
     case wire::Status::WrongOwner: a.status = OpAnswer::Status::kWrongOwner; break;
+    case wire::Status::Split: a.status = OpAnswer::Status::kSplit; break;
     default:
       a.status = OpAnswer::Status::kBadRequest;
       a.error = "unknown status " + std::to_string(static_cast<int>(r.status()));
@@ -45,6 +49,9 @@ OpAnswer FromWire(const wire::OpReply& r) {
   if (r.members()) {
     for (const flatbuffers::String* m : *r.members()) a.members.push_back(m->str());
   }
+  a.split_k = r.split_k();
+  a.split_epoch = r.split_epoch();
+  a.split_valid_ms = r.split_valid_ms();
   return a;
 }
 

@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "common/membership.h"
@@ -16,7 +17,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
     if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
     const auto fields =
         r.Fields(root, "", {"name", "listen", "admin", "policies", "threads", "max_keys",
-                            "idle_timeout", "max_frame", "members", "members_dns", "self"});
+                            "idle_timeout", "max_frame", "members", "members_dns", "self",
+                            "hot_keys"});
     for (const auto& [name, f] : fields) {
       if (name == "name") {
         c.node.name = r.Scalar(f, name);
@@ -52,6 +54,42 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.server.members_dns = r.Scalar(f, name);
       } else if (name == "self") {
         c.node.self = r.Scalar(f, name);
+      } else if (name == "hot_keys") {
+        HotKeyOptions& hot = c.node.hot;
+        for (const auto& [field, g] :
+             r.Fields(f.value, name, {"split_above", "split_share", "split", "merge_below",
+                                      "valid", "sample_every", "sketch"})) {
+          const std::string path = "hot_keys." + field;
+          if (field == "split_above") {
+            const std::string text = r.Scalar(g, path);
+            hot.split_above = text == "0" ? 0 : r.PositiveInt(g, path);
+          } else if (field == "split_share") {
+            const std::string text = r.Scalar(g, path);
+            char* end = nullptr;
+            hot.split_share = std::strtod(text.c_str(), &end);
+            if (end != text.c_str() + text.size() || hot.split_share < 0 || hot.split_share > 1) {
+              r.Fail(g.value, path, "expected a share between 0 and 1, got '" + text + "'");
+            }
+          } else if (field == "split") {
+            const int64_t k = r.PositiveInt(g, path);
+            if (k < 2 || k > 64 || (k & (k - 1)) != 0) {
+              r.Fail(g.value, path, "must be a power of two from 2 to 64, got " + std::to_string(k));
+            }
+            hot.split_k = static_cast<int>(k);
+          } else if (field == "merge_below") {
+            hot.merge_below = r.PositiveInt(g, path);
+          } else if (field == "valid") {
+            hot.split_valid_ms = r.DurationMs(g, path);
+          } else if (field == "sample_every") {
+            const int64_t n = r.PositiveInt(g, path);
+            if (n > 1024) r.Fail(g.value, path, "at most 1024");
+            hot.sample_every = static_cast<int>(n);
+          } else if (field == "sketch") {
+            const int64_t n = r.PositiveInt(g, path);
+            if (n > 65536) r.Fail(g.value, path, "at most 65536");
+            hot.sketch_capacity = static_cast<size_t>(n);
+          }
+        }
       } else if (name == "max_frame") {
         const int64_t n = r.PositiveInt(f, name);
         if (n < 1024 || n > (int64_t{64} << 20)) {

@@ -11,6 +11,14 @@
 //   members: [10.0.0.1:7450, 10.0.0.2:7450]   # the cluster; default: standalone
 //   members_dns: limiterd.ns.svc:7450         # or: one name, re-resolved every 5 s
 //   self: 10.0.0.1:7450          # this node among the members
+//   hot_keys:                    # see HotKeyOptions in node.h
+//     split_above: 10000         # ops/s on this node that split a key (0: never)
+//     split_share: 0.25          # or this share of the node's ops (default off)
+//     split: 4                   # sub-buckets, a power of two
+//     merge_below: 2500          # ops/s, for 3 s, that merge it back
+//     valid: 2s                  # how long a client may use a split before renewing
+//     sample_every: 4            # count one op in this many
+//     sketch: 256                # counters per worker
 #pragma once
 
 #include <string>

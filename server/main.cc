@@ -27,6 +27,13 @@ int main(int argc, char** argv) {
   app.add_option("--members", members, "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
   app.add_option("--members-dns", members_dns, "Or NAME:PORT resolving to every node, re-resolved");
   app.add_option("--self", self, "This node's HOST:PORT among the members");
+  int64_t hot_split_above = -1;
+  int hot_split = 0;
+  app.add_option("--hot-split-above", hot_split_above,
+                 "Split a key above this many ops/s on this node (0: never; default 10000)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--hot-split", hot_split, "Sub-buckets of a split key: 2, 4, ... 64")
+      ->check(CLI::IsMember({2, 4, 8, 16, 32, 64}));
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -54,6 +61,8 @@ int main(int argc, char** argv) {
   }
   if (!members_dns.empty()) config.server.members_dns = members_dns;
   if (!self.empty()) config.node.self = self;
+  if (hot_split_above >= 0) config.node.hot.split_above = hot_split_above;
+  if (hot_split > 0) config.node.hot.split_k = hot_split;
   if ((!config.node.members.empty() || !config.server.members_dns.empty()) &&
       config.node.self.empty()) {
     std::cerr << "limiterd: a node in a cluster needs --self HOST:PORT (its own member entry)\n";

@@ -7,8 +7,6 @@
 namespace limiter {
 namespace {
 
-constexpr std::array<const char*, kOpTypes + 1> kOps = {"check",   "lease", "return",
-                                                        "inspect", "stats", "unknown"};
 constexpr std::array<const char*, kBadFrameKinds> kBad = {"too_large", "empty", "invalid",
                                                           "truncated"};
 // Latency bucket bounds, in microseconds.
@@ -60,7 +58,8 @@ std::string Node::RenderMetrics() {
     for (size_t o = 0; o < 3; ++o) {
       if (!decides && o == kDenied) continue;
       const char* outcome = o == kError ? "error" : !decides ? "ok" : o == kAllowed ? "allowed" : "denied";
-      out << "limiter_ops_total{op=\"" << kOps[t] << "\",outcome=\"" << outcome << "\"} "
+      out << "limiter_ops_total{op=\"" << OpTypeName(static_cast<int>(t)) << "\",outcome=\""
+          << outcome << "\"} "
           << ops[t][o] << '\n';
     }
   }

@@ -1,58 +1,18 @@
 #include "server/node.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <unistd.h>
 
+#include "common/hot_key_sketch.h"
 #include "common/limits.h"
 #include "common/wire.h"
+#include "server/node_internal.h"
+#include "server/sub_bucket.h"
 
 namespace limiter {
-
-// One limit an op touches: a named limit or an ancestor, with what the op does to it.
-struct Node::Entry {
-  int policy = 0;
-  KeyId id;
-  int64_t cost = 1;
-  Slot* slot = nullptr;
-  KeyLimiter limiter{Algorithm::kGcra};
-  Decision decision;
-};
-
-struct Node::OpResult {
-  wire::Status status = wire::Status::Ok;
-  std::string error;
-  bool allowed = false;
-  int64_t retry_after_ms = 0;
-  int denied_by = -1;
-  int64_t granted = 0;
-  int64_t granted_at_ms = 0;
-  int64_t lease_ttl_ms = 0;
-  int64_t suggested_lease = 0;
-  bool wrong_owner = false;
-  bool inspected = false;
-  bool tracked = false;
-  bool with_stats = false;
-
-  void Fail(wire::Status s, std::string message) {
-    status = s;
-    error = std::move(message);
-  }
-};
-
-class Node::Worker {
- public:
-  explicit Worker(size_t policies) : counters(policies) {}
-  flatbuffers::FlatBufferBuilder fbb{4096};
-  WorkerCounters counters;
-  // Scratch, reused across ops.
-  std::vector<Entry> entries;
-  std::vector<size_t> stripes;
-  std::vector<flatbuffers::Offset<wire::OpReply>> replies;
-  std::vector<wire::LimitResult> results;
-  std::vector<uint64_t> aligned;  // a request body copied to 8-byte alignment
-};
 
 namespace {
 
@@ -63,13 +23,18 @@ int64_t ResidentBytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
-constexpr std::array<std::string_view, kOpTypes + 1> kOpNames = {"check",   "lease", "return",
-                                                                 "inspect", "stats", "unknown"};
+constexpr auto kOpNames = std::to_array<std::string_view>(
+    {"check", "lease", "return", "inspect", "stats", "split", "hot_keys", "unknown"});
+static_assert(kOpNames.size() == kOpTypes + 1, "a name for every op type");
 constexpr std::array<std::string_view, 3> kOutcomeNames = {"allowed", "denied", "error"};
 constexpr std::array<std::string_view, kBadFrameKinds> kBadFrameNames = {"too_large", "empty",
                                                                         "invalid", "truncated"};
 
 }  // namespace
+
+std::string_view OpTypeName(int type) {
+  return kOpNames[static_cast<size_t>(std::clamp(type, 0, kOpTypes))];
+}
 
 Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
     : policies_(policies),
@@ -81,6 +46,14 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
     policy_index_.emplace(policies.policies()[i].name, static_cast<int>(i));
   }
   ring_.store(std::make_shared<const Ring>(options_.members));
+  parents_.assign(policies.policies().size(), false);
+  for (const Policy& p : policies.policies()) {
+    if (p.parent_index >= 0) parents_[static_cast<size_t>(p.parent_index)] = true;
+  }
+  // Epochs name a split's sub-buckets, which must start drained: begin from the clock, so a
+  // restarted node does not reuse the epochs of its previous life.
+  split_epoch_.store(static_cast<uint32_t>(clock.NowMs()));
+  last_tick_ms_ = clock.NowMs();
 }
 
 std::optional<std::string> Node::SetMembers(std::vector<std::string> members) {
@@ -97,7 +70,8 @@ Node::~Node() = default;
 
 Node::Worker& Node::AddWorker() {
   std::lock_guard<std::mutex> guard(workers_mu_);
-  workers_.push_back(std::make_unique<Worker>(policies_.policies().size()));
+  workers_.push_back(
+      std::make_unique<Worker>(policies_.policies().size(), options_.hot.sketch_capacity));
   return *workers_.back();
 }
 
@@ -168,6 +142,16 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
       }
       flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> owners;
       if (r.wrong_owner) owners = members();
+      flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::HotKey>>> hot;
+      if (r.with_hot_keys) {
+        std::vector<flatbuffers::Offset<wire::HotKey>> list;
+        for (const HotKey& k : HotKeys()) {
+          const int32_t permille = k.rate > 0 ? static_cast<int32_t>(k.denied * 1000 / k.rate) : 0;
+          list.push_back(wire::CreateHotKey(fbb, fbb.CreateString(k.policy),
+                                            fbb.CreateString(k.key), k.rate, permille, k.split_k));
+        }
+        hot = fbb.CreateVector(list);
+      }
       flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Stat>>> stats;
       if (r.with_stats) {
         std::vector<flatbuffers::Offset<wire::Stat>> list;
@@ -195,6 +179,12 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
         b.add_ring_version(ring->version());
         b.add_members(owners);
       }
+      if (r.split_k != 0) {
+        b.add_split_k(r.split_k);
+        b.add_split_epoch(r.split_epoch);
+        b.add_split_valid_ms(r.split_valid_ms);
+      }
+      if (!hot.IsNull()) b.add_hot_keys(hot);
       w.replies.push_back(b.Finish());
     }
   }
@@ -249,12 +239,28 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Ring& ring, int64_t now
     case wire::OpType::Stats:
       r.with_stats = true;
       break;
+    case wire::OpType::Split: {
+      if (!Resolve(w, op, ring, /*single=*/true, CostUse::kNone, r)) break;
+      if (op.cost() < 0 || op.cost() > kMaxCost || w.entries.front().split_k != 0) {
+        r.Fail(wire::Status::BadRequest,
+               "SPLIT takes the key itself and the ops sent to its sub-buckets, 0 to " +
+                   std::to_string(kMaxCost));
+        break;
+      }
+      SplitInfo(w, op.cost(), now, r);
+      break;
+    }
+    case wire::OpType::HotKeys:
+      r.with_hot_keys = true;
+      break;
     default:
       r.Fail(wire::Status::BadRequest, "unknown op type " + std::to_string(type));
       Count(w, kOpTypes, kError);
       return;
   }
-  if (r.status != wire::Status::Ok) {
+  if (r.status == wire::Status::Split) {
+    w.counters.split_redirects.Add();
+  } else if (r.status != wire::Status::Ok) {
     Count(w, type, kError);
   } else {
     Count(w, type, r.allowed || op.type() >= wire::OpType::Return ? kAllowed : kDenied);
@@ -302,6 +308,24 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
                                          ", got " + std::to_string(op.cost()));
     return false;
   }
+  const uint16_t split_k = op.split_k();
+  const uint16_t split_index = op.split_index();
+  if (split_k != 0) {
+    if (n != 1) {
+      r.Fail(wire::Status::BadRequest, "an op on a sub-bucket takes exactly one limit");
+      return false;
+    }
+    if (split_k < 2 || split_k > 64 || (split_k & (split_k - 1)) != 0) {
+      r.Fail(wire::Status::BadRequest,
+             "split_k must be a power of two from 2 to 64, got " + std::to_string(split_k));
+      return false;
+    }
+    if (split_index >= split_k) {
+      r.Fail(wire::Status::BadRequest, "split_index " + std::to_string(split_index) +
+                                           " is not below split_k " + std::to_string(split_k));
+      return false;
+    }
+  }
   auto add = [&](int policy, std::string_view key) {
     const KeyId id = Store::Id(policies_.policies()[static_cast<size_t>(policy)].name, key);
     for (const Entry& e : w.entries) {
@@ -310,7 +334,9 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
     Entry& e = w.entries.emplace_back();
     e.policy = policy;
     e.id = id;
+    e.key = key;
     const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+    e.rate = p.rate;
     e.cost = operation.empty() ? op.cost() : p.CostOf(operation);
     return true;
   };
@@ -339,9 +365,33 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
-    // The routing key: the tenant when the policy nests under one, else the key.
+    // The routing key: the tenant when the policy nests under one, else the key; a
+    // sub-bucket's is "key#i".
     const bool nested = policies_.policies()[static_cast<size_t>(it->second)].parent_index >= 0;
-    const std::string_view routing = nested && !tenant.empty() ? tenant : key;
+    std::string_view routing = nested && !tenant.empty() ? tenant : key;
+    if (split_k != 0) {
+      const Policy& p = policies_.policies()[static_cast<size_t>(it->second)];
+      const std::optional<Rate> share = SubRate(p, split_k, split_index);
+      if (!Splittable(it->second) || !share) {
+        r.Fail(wire::Status::BadRequest, where() + ": policy '" + p.name +
+                                             "' cannot be split " + std::to_string(split_k) +
+                                             " ways");
+        return false;
+      }
+      Entry& e = w.entries.back();
+      e.rate = *share;
+      e.split_k = split_k;
+      e.split_index = split_index;
+      char epoch[16], index[8];
+      const auto epoch_end = std::to_chars(epoch, epoch + sizeof(epoch), op.split_epoch()).ptr;
+      const auto index_end = std::to_chars(index, index + sizeof(index), split_index).ptr;
+      e.id = MakeKeyId({p.name, key, std::string_view(epoch, epoch_end - epoch),
+                        std::string_view(index, index_end - index)});
+      w.routing.assign(key);
+      w.routing += '#';
+      w.routing.append(index, index_end);
+      routing = w.routing;
+    }
     if (!ring.empty() && ring.Owner(routing) != options_.self) {
       r.wrong_owner = true;
       r.Fail(wire::Status::WrongOwner, where() + ": " + options_.self + " does not own '" +
@@ -350,6 +400,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
       return false;
     }
   }
+  w.own_limits = n;
   // INSPECT looks at the named key alone; everything else charges its ancestors too.
   for (size_t i = 0; i < n && cost_use != CostUse::kNone; ++i) {
     const Policy& p = policies_.policies()[static_cast<size_t>(w.entries[i].policy)];
@@ -392,48 +443,63 @@ bool Node::Save(Worker& w, const Store::StripeLock& lock, int64_t now) {
   return true;
 }
 
-void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
-  auto& entries = w.entries;
+// The stripes of the op's entries, sorted and once each: the order to lock them in.
+void Node::CollectStripes(Worker& w) {
   w.stripes.clear();
-  for (const Entry& e : entries) w.stripes.push_back(store_.StripeOf(e.id));
+  for (const Entry& e : w.entries) w.stripes.push_back(store_.StripeOf(e.id));
   std::sort(w.stripes.begin(), w.stripes.end());
   w.stripes.erase(std::unique(w.stripes.begin(), w.stripes.end()), w.stripes.end());
+}
+
+// With the entries' stripes locked: each entry's slot and state. A sub-bucket not yet made
+// starts drained: a split hands out no allowance the key had not already.
+void Node::Load(Worker& w, int64_t now) {
+  w.made_drained = false;
+  for (Entry& e : w.entries) {
+    e.slot = store_.Find(e.policy, e.id);
+    e.limiter = store_.Unpack(e.policy, e.slot);
+    if (e.slot == nullptr && e.split_k != 0) {
+      e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
+      w.made_drained = true;  // must be kept, allowed or not: a fresh state is full
+    }
+  }
+}
+
+void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
+  auto& entries = w.entries;
+  CollectStripes(w);
   bool charged = false;
   {
     Store::StripeLock lock(store_, w.stripes);
+    if (RedirectToSplit(w, now, r)) return;
+    Load(w, now);
     bool all = true;
-    for (Entry& e : entries) {
-      e.slot = store_.Find(e.policy, e.id);
-      e.limiter = store_.Unpack(e.policy, e.slot);
-    }
-    const auto rate = [&](const Entry& e) -> const Rate& {
-      return policies_.policies()[static_cast<size_t>(e.policy)].rate;
-    };
     if (entries.size() == 1 && !dry_run) {
       // One limit: decide in place; a denial changes nothing worth saving.
       Entry& e = entries.front();
-      e.decision = e.limiter.Decide(rate(e), now, e.cost);
+      e.decision = e.limiter.Decide(e.rate, now, e.cost);
       all = e.decision.allowed;
     } else {
       for (Entry& e : entries) {
-        e.decision = e.limiter.Peek(rate(e), now, e.cost);
+        e.decision = e.limiter.Peek(e.rate, now, e.cost);
         all = all && e.decision.allowed;
       }
       if (all && !dry_run) {
-        for (Entry& e : entries) e.decision = e.limiter.Decide(rate(e), now, e.cost);
+        for (Entry& e : entries) e.decision = e.limiter.Decide(e.rate, now, e.cost);
       }
     }
-    if (all && !dry_run) {
+    if ((all && !dry_run) || w.made_drained) {
       if (!Save(w, lock, now)) {
         r.Fail(wire::Status::KeysExhausted,
                "the node holds its maximum of " + std::to_string(store_.max_keys()) +
                    " keys; new keys are refused");
         return;
       }
-      charged = true;
+      charged = all && !dry_run;
     }
     r.allowed = all;
   }
+  Record(w, !r.allowed);
   for (size_t i = 0; i < entries.size(); ++i) {
     Decision d = entries[i].decision;
     // Nothing was charged: a limit that passed still has its whole remaining.
@@ -449,30 +515,24 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
 
 void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
   auto& entries = w.entries;
-  w.stripes.clear();
-  for (const Entry& e : entries) w.stripes.push_back(store_.StripeOf(e.id));
-  std::sort(w.stripes.begin(), w.stripes.end());
-  w.stripes.erase(std::unique(w.stripes.begin(), w.stripes.end()), w.stripes.end());
+  CollectStripes(w);
   const Policy& leaf = policies_.policies()[static_cast<size_t>(entries.front().policy)];
   {
     Store::StripeLock lock(store_, w.stripes);
+    if (RedirectToSplit(w, now, r)) return;
+    Load(w, now);
     int64_t grant = units;
+    for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
     for (Entry& e : entries) {
-      e.slot = store_.Find(e.policy, e.id);
-      e.limiter = store_.Unpack(e.policy, e.slot);
-      grant = std::min(grant, e.limiter.Available(policies_.policies()[static_cast<size_t>(e.policy)].rate, now));
-    }
-    for (Entry& e : entries) {
-      const Rate& rate = policies_.policies()[static_cast<size_t>(e.policy)].rate;
-      e.decision = grant > 0 ? e.limiter.Decide(rate, now, grant) : e.limiter.Peek(rate, now, 1);
+      e.decision = grant > 0 ? e.limiter.Decide(e.rate, now, grant) : e.limiter.Peek(e.rate, now, 1);
       if (grant < units) {
         // When the rest of the request could be had: the longest wait over the chain.
-        Decision rest = e.limiter.Peek(rate, now, units - grant);
-        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(rate, now, 1);
+        Decision rest = e.limiter.Peek(e.rate, now, units - grant);
+        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, now, 1);
         r.retry_after_ms = std::max(r.retry_after_ms, rest.retry_after_ms);
       }
     }
-    if (grant > 0 && !Save(w, lock, now)) {
+    if ((grant > 0 || w.made_drained) && !Save(w, lock, now)) {
       r.Fail(wire::Status::KeysExhausted,
              "the node holds its maximum of " + std::to_string(store_.max_keys()) +
                  " keys; new keys are refused");
@@ -481,6 +541,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     r.granted = grant;
     r.allowed = grant > 0;
   }
+  Record(w, !r.allowed);
   r.granted_at_ms = now;
   r.lease_ttl_ms = leaf.lease.ttl_ms;
   r.suggested_lease = leaf.LeaseSize();
@@ -499,9 +560,8 @@ void Node::Return(Worker& w, int64_t units, int64_t leased_at, int64_t now, OpRe
     Slot* slot = store_.Find(e.policy, e.id);
     if (slot == nullptr) continue;  // fresh already: nothing to give back to
     KeyLimiter limiter = store_.Unpack(e.policy, slot);
-    const Rate& rate = policies_.policies()[static_cast<size_t>(e.policy)].rate;
-    limiter.Return(rate, now, units, leased_at);
-    if (limiter.IsFresh(rate, now)) {
+    limiter.Return(e.rate, now, units, leased_at);
+    if (limiter.IsFresh(e.rate, now) && store_.FindSplit(e.id) == nullptr) {
       store_.Erase(e.policy, e.id);
     } else {
       store_.Pack(e.policy, std::move(limiter), slot);
@@ -517,10 +577,15 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, {&stripe, 1});
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Unpack(e.policy, e.slot);
+    if (const Store::Split* split = store_.FindSplit(e.id)) {
+      r.split_k = split->k;
+      r.split_epoch = split->epoch;
+      r.split_valid_ms = std::max<int64_t>(0, split->valid_until_ms - now);
+    }
   }
   r.inspected = true;
   r.tracked = e.slot != nullptr;
-  const Decision d = e.limiter.Peek(policies_.policies()[static_cast<size_t>(e.policy)].rate, now, 1);
+  const Decision d = e.limiter.Peek(e.rate, now, 1);
   r.allowed = d.allowed;
   r.retry_after_ms = d.retry_after_ms;
   w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,
@@ -532,7 +597,7 @@ size_t Node::Sweep() { return store_.Sweep(clock_.NowMs(), options_.sweep_budget
 std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   std::array<std::array<uint64_t, 3>, kOpTypes + 1> ops{};
   std::array<uint64_t, kBadFrameKinds> bad{};
-  uint64_t refusals = 0, frames = 0, opened = 0, closed = 0;
+  uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
   {
     std::lock_guard<std::mutex> guard(workers_mu_);
     for (const auto& w : workers_) {
@@ -542,6 +607,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
       }
       for (size_t b = 0; b < bad.size(); ++b) bad[b] += c.bad_frames[b].Get();
       refusals += c.refusals.Get();
+      redirects += c.split_redirects.Get();
       frames += c.frames.Get();
       opened += c.connections_opened.Get();
       closed += c.connections_closed.Get();
@@ -561,6 +627,8 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   out.emplace_back("max_keys", store_.max_keys());
   out.emplace_back("evictions", store_.evictions());
   out.emplace_back("refusals", static_cast<int64_t>(refusals));
+  out.emplace_back("split_redirects", static_cast<int64_t>(redirects));
+  out.emplace_back("splits", store_.split_count());
   uint64_t bad_total = 0;
   for (size_t b = 0; b < bad.size(); ++b) {
     bad_total += bad[b];

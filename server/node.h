@@ -32,6 +32,17 @@ struct Op;
 
 namespace limiter {
 
+// Hot keys: detected from sampled operations, split into k sub-buckets over the cluster.
+struct HotKeyOptions {
+  size_t sketch_capacity = 256;   // counters per worker
+  int sample_every = 4;           // count one operation in this many
+  int64_t split_above = 10'000;   // ops/s on this node that split a key; 0: never
+  double split_share = 0;         // or this share of the node's ops (at least 1000/s); 0: off
+  int split_k = 4;                // sub-buckets: a power of two, 2 to 64
+  int64_t merge_below = 0;        // ops/s, for 3 s, that merge it back; 0: split_above / 4
+  int64_t split_valid_ms = 2000;  // a client renews its view of a split within this
+};
+
 struct NodeOptions {
   std::string name = "limiterd";
   // The cluster: every node's host:port, and this node's own among them. With no members
@@ -41,12 +52,15 @@ struct NodeOptions {
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   Store::Options store;
   size_t sweep_budget = 4096;  // slots per stripe and policy per Sweep
+  HotKeyOptions hot;
 };
 
 enum class BadFrame { kTooLarge, kEmpty, kInvalid, kTruncated };
 inline constexpr int kBadFrameKinds = 4;
-inline constexpr int kOpTypes = 5;  // wire::OpType values
+inline constexpr int kOpTypes = 7;  // wire::OpType values
 enum Outcome { kAllowed, kDenied, kError };
+// "check", "lease", ...; kOpTypes (or anything out of range) is "unknown".
+std::string_view OpTypeName(int type);
 
 // What one worker thread counts; read by the metrics thread.
 struct WorkerCounters {
@@ -55,6 +69,7 @@ struct WorkerCounters {
   std::vector<std::array<Counter, 2>> decisions;         // [policy][allowed, denied]
   std::array<Counter, kBadFrameKinds> bad_frames;
   Counter refusals;  // new keys refused at max_keys
+  Counter split_redirects;  // ops on a split key, answered with its split
   Counter frames;
   Counter connections_opened;
   Counter connections_closed;
@@ -79,6 +94,19 @@ class Node {
 
   // Reclaims expired keys, a bounded amount of work per call; call it periodically.
   size_t Sweep();
+  // Once a second: ends the hot-key epoch, splits keys that got hot, merges back those that
+  // cooled down, reopens merged keys.
+  void Tick();
+
+  struct HotKey {
+    std::string policy;
+    std::string key;     // a sub-bucket shows as "key#i"
+    int64_t rate = 0;    // ops/s in the last second
+    int64_t denied = 0;  // of those
+    uint16_t split_k = 0;
+  };
+  // The hottest keys at the last tick, hottest first.
+  std::vector<HotKey> HotKeys() const;
 
   // Replaces the member list (a DNS refresh, say); thread-safe. An error when `self` is not
   // among them, and the ring is left as it was.
@@ -106,7 +134,18 @@ class Node {
   void Return(Worker& w, int64_t units, int64_t leased_at, int64_t now, OpResult& r);
   void Inspect(Worker& w, int64_t now, OpResult& r);
   bool Save(Worker& w, const Store::StripeLock& lock, int64_t now);
+  void CollectStripes(Worker& w);
+  void Load(Worker& w, int64_t now);
   void Count(Worker& w, int type, Outcome outcome);
+  // With the entries' stripes locked: true when one of the op's own limits is split, and r
+  // then carries the split instead of a decision.
+  bool RedirectToSplit(Worker& w, int64_t now, OpResult& r);
+  void SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r);
+  void Record(Worker& w, bool denied);  // samples the op's limits into the hot-key sketch
+  bool Splittable(int policy) const;
+  void StartSplit(int policy, const std::string& key, int64_t rate, int64_t now);
+  // With the key's stripe locked: the key's slot holds a drained state.
+  void Drain(int policy, const KeyId& id, int64_t now);
 
   const PolicySet& policies_;
   const Clock& clock_;
@@ -115,6 +154,13 @@ class Node {
   std::unordered_map<std::string_view, int> policy_index_;
   std::atomic<std::shared_ptr<const Ring>> ring_;
   const int64_t started_ms_;
+  std::vector<bool> parents_;  // per policy: some policy nests under it
+  std::atomic<uint32_t> split_epoch_{0};
+
+  mutable std::mutex hot_mu_;
+  std::vector<HotKey> hot_keys_;  // guarded by hot_mu_
+  uint64_t frames_at_tick_ = 0;   // guarded by hot_mu_ (Tick only)
+  int64_t last_tick_ms_ = 0;      // guarded by hot_mu_
 
   std::mutex workers_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;  // guarded by workers_mu_ (the vector only)

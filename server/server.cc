@@ -301,9 +301,15 @@ void Server::Run() {
   s.Accept();
   s.sweeper = std::thread([&s] {
     std::unique_lock<std::mutex> lock(s.sweep_mu);
+    auto next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (!s.stopping) {
       s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.sweep_interval_ms));
-      if (!s.stopping) s.node.Sweep();
+      if (s.stopping) break;
+      s.node.Sweep();
+      if (std::chrono::steady_clock::now() >= next_tick) {
+        s.node.Tick();  // hot keys: a second's epoch
+        next_tick += std::chrono::seconds(1);
+      }
     }
   });
   if (!s.options.members_dns.empty()) {

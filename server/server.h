@@ -1,7 +1,8 @@
 // Server: limiterd's networking. One asio io_context per worker thread; connections are
 // spread over the workers and stay on theirs, each worker with its own Node::Worker, so the
 // only shared state on the hot path is the store's stripe locks. An admin HTTP port
-// (cpp-httplib) serves /metrics, /healthz and /readyz; a sweeper thread reclaims expired keys.
+// (cpp-httplib) serves /metrics, /healthz and /readyz; a sweeper thread reclaims expired keys
+// and ticks the hot-key detection once a second.
 //
 // Thread-safety: Start and Run from one thread; Stop from any thread, any number of times.
 #pragma once

@@ -119,6 +119,38 @@ void Store::Erase(int policy, const KeyId& id) {
   }
 }
 
+Store::Split* Store::FindSplit(const KeyId& id) {
+  auto& splits = stripes_[StripeOf(id)]->splits;
+  if (splits.empty()) return nullptr;
+  auto it = splits.find(id);
+  return it == splits.end() ? nullptr : &it->second;
+}
+
+Store::Split& Store::AddSplit(const KeyId& id) {
+  auto [it, added] = stripes_[StripeOf(id)]->splits.try_emplace(id);
+  if (added) splits_.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+void Store::EraseSplit(const KeyId& id) {
+  if (stripes_[StripeOf(id)]->splits.erase(id)) splits_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Store::VisitSplits(const std::function<bool(const KeyId&, Split&)>& visit) {
+  if (!has_splits()) return;
+  for (auto& stripe : stripes_) {
+    std::lock_guard<std::mutex> guard(stripe->mu);
+    for (auto it = stripe->splits.begin(); it != stripe->splits.end();) {
+      if (visit(it->first, it->second)) {
+        it = stripe->splits.erase(it);
+        splits_.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 bool Store::TryReserve(int64_t n) {
   int64_t have = keys_.load(std::memory_order_relaxed);
   do {
@@ -160,6 +192,7 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
     const int policy = static_cast<int>(p);
     erased += stripe.tables[p].Sweep(&stripe.cursors[p], budget, [&](Slot& s) {
       if (!IsFresh(policy, s, now)) return false;
+      if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
       Release(policy, s);
       return true;
     });

@@ -13,11 +13,14 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/key_limiter.h"
@@ -68,6 +71,30 @@ class Store {
   // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each.
   size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget);
 
+  // A key split into sub-buckets on other nodes (hot keys): its owner keeps this record,
+  // with the key's stripe, and answers for the key with the split instead of charging it.
+  // A split key's own slot is kept (never swept) so that it can reopen drained.
+  struct Split {
+    int policy = 0;
+    std::string key;
+    uint16_t k = 0;
+    uint32_t epoch = 0;
+    int64_t valid_until_ms = 0;  // the latest time any client was told it may use the split
+    int64_t reported_ops = 0;    // ops clients sent to the sub-buckets, since the last tick
+    int64_t rate = 0;            // ops per second: the higher of the last two ticks
+    int64_t last_tick_rate = 0;
+    int cool_ticks = 0;          // consecutive ticks below the merge threshold
+    bool merging = false;        // no longer renewed; reopens after valid_until_ms
+  };
+  Split* FindSplit(const KeyId& id);
+  Split& AddSplit(const KeyId& id);
+  void EraseSplit(const KeyId& id);
+  bool has_splits() const { return split_count() > 0; }
+  int64_t split_count() const { return splits_.load(std::memory_order_relaxed); }
+  // Calls visit(id, split) for every split, each stripe locked in turn (so visit may use the
+  // functions above on that key); a split for which it returns true is erased.
+  void VisitSplits(const std::function<bool(const KeyId&, Split&)>& visit);
+
   // Room for `n` new keys under max_keys; false (and nothing reserved) when there is none.
   bool TryReserve(int64_t n);
 
@@ -85,6 +112,7 @@ class Store {
     std::mutex mu;
     std::vector<KeyTable> tables;   // per policy; guarded by mu
     std::vector<size_t> cursors;    // per policy, where Sweep goes on; guarded by mu
+    std::unordered_map<KeyId, Split, KeyIdHash> splits;  // guarded by mu
   };
   size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
@@ -96,6 +124,7 @@ class Store {
   const int64_t max_keys_;
   std::atomic<int64_t> keys_{0};
   std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> splits_{0};
 };
 
 }  // namespace limiter

@@ -40,17 +40,40 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
 int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
 
 struct InspectArgs {
-  std::string server;
+  std::string server;   // one node
+  std::string cluster;  // or the members: the key's owner, and its sub-buckets if split
   std::string policy;
   std::string key;
+  std::string tenant;   // with --cluster: route by the tenant (policies with a parent)
   bool json = false;
 };
 int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err);
+int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& err);
 
 struct StatsArgs {
-  std::string server;
+  std::string server;   // one node
+  std::string cluster;  // or every member, with ops/s over `interval_s`
+  double interval_s = 1;
   bool json = false;
 };
 int RunStats(const StatsArgs& args, std::ostream& out, std::ostream& err);
+int RunClusterStats(const StatsArgs& args, std::ostream& out, std::ostream& err);
+
+struct HotKeysArgs {
+  std::string cluster;
+  bool once = false;
+  int64_t count = 0;        // refreshes before stopping; 0: until interrupted
+  double interval_s = 1;
+  size_t top = 20;
+  bool clear_screen = false;  // refresh in place (set when stdout is a terminal)
+  bool json = false;
+};
+int RunHotKeys(const HotKeysArgs& args, std::ostream& out, std::ostream& err);
+
+struct RingArgs {
+  std::string cluster;
+  bool json = false;
+};
+int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err);
 
 }  // namespace limiter::ctl

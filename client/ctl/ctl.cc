@@ -2,6 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <iostream>
 #include <ostream>
 
 #include "client/ctl/commands.h"
@@ -49,16 +52,44 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   check_cmd->add_flag("--json", check.json, "Print {\"allowed\", \"denied\", \"errors\"}");
 
   InspectArgs inspect;
-  CLI::App* inspect_cmd = app.add_subcommand("inspect", "Show one key's state on a node");
-  inspect_cmd->add_option("--server", inspect.server, "HOST:PORT of a limiterd node")->required();
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Show one key's state on its owner (and its sub-buckets)");
+  auto* inspect_server =
+      inspect_cmd->add_option("--server", inspect.server, "HOST:PORT of one limiterd node");
+  inspect_cmd->add_option("--cluster", inspect.cluster, "HOST:PORT,...: ask the key's owner")
+      ->excludes(inspect_server);
   inspect_cmd->add_option("--policy", inspect.policy, "Policy name")->required();
+  inspect_cmd->add_option("--tenant", inspect.tenant, "With --cluster: route by this tenant");
   inspect_cmd->add_option("key", inspect.key, "Key")->required();
   inspect_cmd->add_flag("--json", inspect.json, "JSON output");
 
   StatsArgs stats;
-  CLI::App* stats_cmd = app.add_subcommand("stats", "Show a node's counters");
-  stats_cmd->add_option("--server", stats.server, "HOST:PORT of a limiterd node")->required();
+  CLI::App* stats_cmd = app.add_subcommand("stats", "Show node counters");
+  auto* stats_server =
+      stats_cmd->add_option("--server", stats.server, "HOST:PORT of one limiterd node");
+  stats_cmd->add_option("--cluster", stats.cluster, "HOST:PORT,...: a table of every node")
+      ->excludes(stats_server);
+  stats_cmd->add_option("--interval", stats.interval_s,
+                        "With --cluster: seconds over which ops/s are measured (default 1)")
+      ->check(CLI::Range(0.05, 60.0));
   stats_cmd->add_flag("--json", stats.json, "JSON output");
+
+  HotKeysArgs hot;
+  CLI::App* hot_cmd =
+      app.add_subcommand("hotkeys", "The hottest keys over the cluster, refreshed in place");
+  hot_cmd->add_option("--cluster", hot.cluster, "HOST:PORT,HOST:PORT,...")->required();
+  hot_cmd->add_flag("--once", hot.once, "Print once and exit");
+  hot_cmd->add_option("--count", hot.count, "Refresh this many times, then exit");
+  hot_cmd->add_option("--interval", hot.interval_s, "Seconds between refreshes (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+  hot_cmd->add_option("--top", hot.top, "Rows (default 20)");
+  hot_cmd->add_flag("--json", hot.json, "One JSON object per refresh");
+
+  RingArgs ring;
+  CLI::App* ring_cmd = app.add_subcommand(
+      "ring", "The nodes, their slots and share of the key space, and the ring each node has");
+  ring_cmd->add_option("--cluster", ring.cluster, "HOST:PORT,HOST:PORT,...")->required();
+  ring_cmd->add_flag("--json", ring.json, "JSON output");
 
   try {
     app.parse(argc, argv);
@@ -67,8 +98,27 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   }
   if (replay_cmd->parsed()) return RunReplay(replay, out, err);
   if (check_cmd->parsed()) return RunCheck(check, out, err);
-  if (inspect_cmd->parsed()) return RunInspect(inspect, out, err);
-  if (stats_cmd->parsed()) return RunStats(stats, out, err);
+  if (inspect_cmd->parsed()) {
+    if (!inspect.cluster.empty()) return RunClusterInspect(inspect, out, err);
+    if (inspect.server.empty()) {
+      err << "limiterctl inspect: give --server HOST:PORT or --cluster HOST:PORT,...\n";
+      return 2;
+    }
+    return RunInspect(inspect, out, err);
+  }
+  if (stats_cmd->parsed()) {
+    if (!stats.cluster.empty()) return RunClusterStats(stats, out, err);
+    if (stats.server.empty()) {
+      err << "limiterctl stats: give --server HOST:PORT or --cluster HOST:PORT,...\n";
+      return 2;
+    }
+    return RunStats(stats, out, err);
+  }
+  if (hot_cmd->parsed()) {
+    hot.clear_screen = !hot.once && !hot.json && &out == &std::cout && ::isatty(STDOUT_FILENO);
+    return RunHotKeys(hot, out, err);
+  }
+  if (ring_cmd->parsed()) return RunRing(ring, out, err);
   return 2;
 }
 

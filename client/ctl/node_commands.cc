@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/ctl/commands.h"
+#include "client/ctl/ops.h"
 #include "client/node_connection.h"
 #include "client/request_builder.h"
 #include "common/wire.h"
@@ -21,16 +22,6 @@ constexpr int kOpsPerFrame = 100;
 constexpr int kFramesInFlight = 4;
 
 std::string_view StatusName(wire::Status s) { return wire::EnumNameStatus(s); }
-
-// Sends one frame with one op and returns its reply, or an error message.
-Result<const wire::OpReply*> OneOp(NodeConnection& c, RequestBuilder& b) {
-  if (auto e = c.Send(b.Finish())) return Error{*e};
-  Result<const wire::Reply*> r = c.Receive();
-  if (!r) return Error{r.error()};
-  if ((*r)->error()) return Error{(*r)->error()->str()};
-  if (!(*r)->ops() || (*r)->ops()->size() != 1) return Error{"the node sent no answer"};
-  return (*r)->ops()->Get(0);
-}
 
 }  // namespace
 

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "test/support/ctl_runner.h"
 #include "test/integration/node_process.h"
@@ -32,6 +34,65 @@ policies:
   std::string policies_;
   testing::RunningNode node_;
 };
+
+TEST_F(CtlNode, ClusterViewsOfOneNode) {
+  ASSERT_EQ(Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "eve", "-n",
+                 "8"}).status,
+            0);
+  Outcome o = Ctl({"hotkeys", "--cluster", node_.listen, "--once", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_TRUE(j["errors"].empty());
+  EXPECT_TRUE(j["hot_keys"].is_array());  // filled once the node has ticked
+
+  o = Ctl({"ring", "--cluster", node_.listen, "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["nodes"].size(), 1u);
+  EXPECT_EQ(j["nodes"][0]["slots"], 262144);
+  EXPECT_EQ(j["nodes"][0]["state"], "standalone");
+
+  o = Ctl({"stats", "--cluster", node_.listen, "--interval", "0.1", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["nodes"][0]["keys"], 1);
+  EXPECT_EQ(j["nodes"][0]["ops_per_s"], 0);
+
+  o = Ctl({"inspect", "--cluster", node_.listen, "--policy", "login", "eve", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["split_k"], 0);
+  ASSERT_EQ(j["buckets"].size(), 1u);
+  EXPECT_EQ(j["buckets"][0]["state"]["count"], 5);
+
+  // Text tables fit 80 columns.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"hotkeys", "--cluster", node_.listen, "--once"},
+                                             {"ring", "--cluster", node_.listen},
+                                             {"stats", "--cluster", node_.listen, "--interval", "0.1"},
+                                             {"inspect", "--cluster", node_.listen, "--policy",
+                                              "login", "eve"}}) {
+    o = Ctl(args);
+    ASSERT_EQ(o.status, 0) << o.err;
+    std::istringstream lines(o.out);
+    for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+  }
+
+  // Unreachable nodes are reported, not fatal, unless all of them are.
+  o = Ctl({"hotkeys", "--cluster", node_.listen + ",127.0.0.1:1", "--once", "--json"});
+  EXPECT_EQ(o.status, 0);
+  j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["errors"].size(), 1u);
+  EXPECT_EQ(j["errors"][0]["node"], "127.0.0.1:1");
+  o = Ctl({"stats", "--cluster", "127.0.0.1:1", "--interval", "0.1"});
+  EXPECT_EQ(o.status, 1);
+  o = Ctl({"ring", "--cluster", "nohost"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "limiterctl ring: --cluster: member 'nohost' is not HOST:PORT with a port 1-65535\n");
+  o = Ctl({"inspect", "--policy", "login", "eve"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "limiterctl inspect: give --server HOST:PORT or --cluster HOST:PORT,...\n");
+}
 
 TEST_F(CtlNode, CheckThroughTheClientLibrary) {
   Outcome o = Ctl({"check", "--cluster", node_.listen, "--policy-file", policies_, "--policy",

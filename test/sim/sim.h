@@ -102,10 +102,14 @@ class SimTransport final : public Transport {
     return it == by_policy_.end() ? 0 : it->second;
   }
 
+  // Ops on sub-buckets of split keys, by the node they went to.
+  const std::map<std::string, uint64_t>& sub_bucket_ops() const { return sub_bucket_ops_; }
+
   void Send(const std::string& address, OpSpec op, Callback done) override {
     ++sent_;
     ++by_kind_[static_cast<size_t>(op.kind)];
     ++by_policy_[op.policy];
+    if (op.split_k != 0) ++sub_bucket_ops_[address];
     auto it = nodes_.find(address);
     if (it == nodes_.end() || it->second.refuses) {
       s_.Post([done] { done(CallResult{CallStatus::kConnection, "refused", {}}); });
@@ -137,8 +141,9 @@ class SimTransport final : public Transport {
   SimScheduler& s_;
   std::map<std::string, SimNode> nodes_;
   uint64_t sent_ = 0;
-  uint64_t by_kind_[4] = {};
+  uint64_t by_kind_[6] = {};  // by OpKind
   std::map<std::string, uint64_t> by_policy_;
+  std::map<std::string, uint64_t> sub_bucket_ops_;
 };
 
 }  // namespace limiter::sim

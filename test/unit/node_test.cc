@@ -458,3 +458,179 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
 
 }  // namespace
 }  // namespace limiter
+
+namespace limiter {
+namespace {
+
+// Hot keys on one node, driven by hand: Tick once a simulated second.
+class HotNodeTest : public ::testing::Test {
+ protected:
+  HotNodeTest() {
+    Result<PolicySet> p = ParsePolicies(R"(
+policies:
+  - {name: api, algorithm: token_bucket, limit: 100, window: 1s, class: contract}
+  - {name: tenant, algorithm: gcra, limit: 1000, window: 1s, class: contract}
+  - {name: key, algorithm: gcra, limit: 100, window: 1s, class: contract, parent: tenant}
+)",
+                                        "hot.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+    NodeOptions o;
+    o.hot.sample_every = 1;
+    o.hot.split_above = 50;
+    o.hot.split_k = 4;
+    o.hot.merge_below = 10;
+    node_ = std::make_unique<Node>(policies_, clock_, o);
+    worker_ = &node_->AddWorker();
+  }
+
+  const wire::OpReply& Op(RequestBuilder& b) {
+    out_.clear();
+    node_->HandleFrame(*worker_, b.Finish(), out_);
+    b.Clear();
+    const wire::Reply* r = VerifiedReply(DecodeFrame(out_, 64u << 20).body, aligned_);
+    EXPECT_NE(r, nullptr);
+    return *r->ops()->Get(0);
+  }
+  wire::Status Check(const std::string& key) {
+    RequestBuilder b;
+    b.Check(1, "api", key);
+    return Op(b).status();
+  }
+
+  ManualClock clock_{5'000'000};
+  PolicySet policies_;
+  std::unique_ptr<Node> node_;
+  Node::Worker* worker_;
+  std::vector<uint8_t> out_;
+  std::vector<uint64_t> aligned_;
+};
+
+TEST_F(HotNodeTest, AHotKeyIsSplitAndItsOwnerAnswersWithTheSplit) {
+  for (int i = 0; i < 200; ++i) Check("hot");
+  for (int i = 0; i < 5; ++i) Check("cold");
+  clock_.Advance(1000);
+  node_->Tick();
+  const std::vector<Node::HotKey> hot = node_->HotKeys();
+  ASSERT_FALSE(hot.empty());
+  EXPECT_EQ(hot[0].key, "hot");
+  EXPECT_EQ(hot[0].split_k, 4);
+  EXPECT_EQ(hot[0].rate, 200);
+  EXPECT_EQ(hot[0].denied, 100);  // 100 of 200 denied (burst 100)
+  EXPECT_EQ(Check("cold"), wire::Status::Ok);
+
+  RequestBuilder b;
+  b.Check(1, "api", "hot");
+  const wire::OpReply& r = Op(b);
+  EXPECT_EQ(r.status(), wire::Status::Split);
+  EXPECT_EQ(r.split_k(), 4);
+  EXPECT_EQ(r.split_valid_ms(), 2000);
+  EXPECT_FALSE(r.allowed());
+  const uint32_t epoch = r.split_epoch();
+
+  // A sub-bucket starts drained and refills at L/k: 25 per second.
+  int allowed = 0;
+  for (int i = 0; i < 10; ++i) {
+    b.OnSubBucket(4, 1, epoch);
+    b.Check(2, "api", "hot");
+    const wire::OpReply& sub = Op(b);
+    ASSERT_EQ(sub.status(), wire::Status::Ok) << (sub.error() ? sub.error()->str() : "");
+    allowed += sub.allowed();
+  }
+  EXPECT_EQ(allowed, 0);
+  clock_.Advance(1000);
+  for (int i = 0; i < 40; ++i) {
+    b.OnSubBucket(4, 1, epoch);
+    b.Check(2, "api", "hot");
+    allowed += Op(b).allowed();
+  }
+  EXPECT_EQ(allowed, 25);
+
+  // SPLIT renews the view and takes the clients' report.
+  b.Split(3, "api", "hot", 400);
+  const wire::OpReply& renewed = Op(b);
+  EXPECT_EQ(renewed.status(), wire::Status::Ok);
+  EXPECT_EQ(renewed.split_k(), 4);
+  EXPECT_EQ(renewed.split_epoch(), epoch);
+}
+
+TEST_F(HotNodeTest, ACooledKeyMergesBackDrained) {
+  for (int i = 0; i < 200; ++i) Check("hot");
+  clock_.Advance(1000);
+  node_->Tick();
+  RequestBuilder b;
+  b.Check(1, "api", "hot");
+  EXPECT_EQ(Op(b).status(), wire::Status::Split);  // a client's view: valid for 2 s
+  // Quiet seconds: no reports. A renewal at 2 s extends the view to 4 s.
+  clock_.Advance(1000);
+  node_->Tick();
+  clock_.Advance(1000);
+  node_->Tick();
+  b.Split(1, "api", "hot", 0);
+  EXPECT_EQ(Op(b).split_valid_ms(), 2000);
+  clock_.Advance(1000);
+  node_->Tick();  // the third cool second: it merges, but a view is still valid
+  EXPECT_TRUE(node_->store().has_splits());
+  b.Check(1, "api", "hot");
+  const wire::OpReply& merging = Op(b);
+  EXPECT_EQ(merging.status(), wire::Status::Split);
+  EXPECT_EQ(merging.split_valid_ms(), 1000);  // what is left of the last view, no more
+  b.Split(1, "api", "hot", 0);
+  EXPECT_EQ(Op(b).split_valid_ms(), 1000);    // renewals no longer extend it
+  // Between the last view's end and the reopening, clients wait.
+  clock_.Advance(1200);
+  b.Check(1, "api", "hot");
+  const wire::OpReply& closed = Op(b);
+  EXPECT_EQ(closed.split_valid_ms(), 0);
+  EXPECT_EQ(closed.retry_after_ms(), 300);
+  clock_.Advance(300);
+  node_->Tick();
+  EXPECT_FALSE(node_->store().has_splits());
+  // Reopened drained: nothing now, 10 units a tenth of a second later.
+  b.Check(1, "api", "hot");
+  EXPECT_FALSE(Op(b).allowed());
+  clock_.Advance(100);
+  int allowed = 0;
+  for (int i = 0; i < 20; ++i) {
+    b.Check(1, "api", "hot");
+    allowed += Op(b).allowed();
+  }
+  EXPECT_EQ(allowed, 10);
+}
+
+TEST_F(HotNodeTest, NestedKeysAreNotSplitAndBadSubBucketOpsAreRefused) {
+  for (int i = 0; i < 200; ++i) {
+    RequestBuilder b;
+    b.Check(1, "key", "k", "t");
+    Op(b);
+  }
+  clock_.Advance(1000);
+  node_->Tick();
+  EXPECT_FALSE(node_->store().has_splits());
+  RequestBuilder b;
+  b.OnSubBucket(3, 0, 1);
+  b.Check(1, "api", "x");
+  EXPECT_EQ(Op(b).error()->str(), "split_k must be a power of two from 2 to 64, got 3");
+  b.OnSubBucket(4, 4, 1);
+  b.Check(1, "api", "x");
+  EXPECT_EQ(Op(b).error()->str(), "split_index 4 is not below split_k 4");
+  b.OnSubBucket(4, 0, 1);
+  b.Check(1, "key", "x", "t");
+  EXPECT_EQ(Op(b).error()->str(), "limits[0]: policy 'key' cannot be split 4 ways");
+  b.Split(1, "api", "x", -1);
+  EXPECT_EQ(Op(b).error()->str(),
+            "SPLIT takes the key itself and the ops sent to its sub-buckets, 0 to 1000000000");
+  b.Split(1, "api", "never-split", 0);
+  const wire::OpReply& none = Op(b);
+  EXPECT_EQ(none.status(), wire::Status::Ok);
+  EXPECT_EQ(none.split_k(), 0);
+  b.HotKeys(1);
+  const wire::OpReply& hot = Op(b);
+  ASSERT_NE(hot.hot_keys(), nullptr);
+  ASSERT_GE(hot.hot_keys()->size(), 1u);
+  EXPECT_EQ(hot.hot_keys()->Get(0)->key()->str(), "k");
+  EXPECT_EQ(hot.hot_keys()->Get(0)->split_k(), 0);
+}
+
+}  // namespace
+}  // namespace limiter

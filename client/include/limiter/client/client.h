@@ -105,6 +105,7 @@ struct Counters {
   uint64_t store_errors = 0;           // deadline misses and connection failures
   uint64_t deadline_misses = 0;
   uint64_t wrong_owner = 0;
+  uint64_t split_redirects = 0;        // a key's owner said it is split (hot keys)
   uint64_t leases = 0;
   uint64_t units_leased = 0;
   uint64_t units_expired = 0;

@@ -1,0 +1,77 @@
+// Node's private types, shared by node.cc and hot_keys.cc.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/hot_key_sketch.h"
+#include "common/key_limiter.h"
+#include "common/wire.h"
+#include "server/node.h"
+
+namespace limiter {
+
+// One limit an op touches: a named limit or an ancestor, with what the op does to it.
+struct Node::Entry {
+  int policy = 0;
+  KeyId id;
+  Rate rate;                 // the policy's; a sub-bucket's share of it
+  std::string_view key;      // into the request
+  uint16_t split_k = 0;      // a sub-bucket: of a key split this many ways
+  uint16_t split_index = 0;
+  int64_t cost = 1;
+  Slot* slot = nullptr;
+  KeyLimiter limiter{Algorithm::kGcra};
+  Decision decision;
+};
+
+struct Node::OpResult {
+  wire::Status status = wire::Status::Ok;
+  std::string error;
+  bool allowed = false;
+  int64_t retry_after_ms = 0;
+  int denied_by = -1;
+  int64_t granted = 0;
+  int64_t granted_at_ms = 0;
+  int64_t lease_ttl_ms = 0;
+  int64_t suggested_lease = 0;
+  bool wrong_owner = false;
+  bool inspected = false;
+  bool tracked = false;
+  bool with_stats = false;
+  bool with_hot_keys = false;
+  uint16_t split_k = 0;
+  uint32_t split_epoch = 0;
+  int64_t split_valid_ms = 0;
+
+  void Fail(wire::Status s, std::string message) {
+    status = s;
+    error = std::move(message);
+  }
+};
+
+class Node::Worker {
+ public:
+  Worker(size_t policies, size_t sketch_capacity)
+      : counters(policies), sketch(sketch_capacity) {}
+  flatbuffers::FlatBufferBuilder fbb{4096};
+  WorkerCounters counters;
+  // Scratch, reused across ops.
+  std::vector<Entry> entries;
+  std::vector<size_t> stripes;
+  std::vector<flatbuffers::Offset<wire::OpReply>> replies;
+  std::vector<wire::LimitResult> results;
+  std::vector<uint64_t> aligned;  // a request body copied to 8-byte alignment
+  size_t own_limits = 0;          // entries named by the op; the rest are ancestors
+  bool made_drained = false;      // Load made a sub-bucket, drained, to be saved
+  std::string routing;            // a sub-bucket's routing key, "key#i"
+  // The hot-key sketch: written here, rolled and read by Tick once a second.
+  std::mutex hot_mu;
+  HotKeySketch sketch;  // guarded by hot_mu
+  uint32_t sampled = 0;
+  std::string display;  // scratch: a sub-bucket's name for the sketch
+};
+
+}  // namespace limiter

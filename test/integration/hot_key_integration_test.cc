@@ -1,0 +1,152 @@
+// Hot keys on a real 3-node cluster: a key at 30x the rate of the others is split, its load
+// spreads over the nodes, `limiterctl hotkeys` lists it first, it merges back once cool, and
+// its admissions stay within B + L*t/W throughout.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/ring.h"
+#include "limiter/client/client.h"
+#include "test/integration/node_process.h"
+#include "test/support/ctl_runner.h"
+
+namespace limiter {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* kPolicies = R"(
+policies:
+  - {name: api, algorithm: token_bucket, limit: 1000, window: 1s, class: contract,
+     mode: strict}
+)";
+
+// The most admitted in any interval beyond B + L*t/W (see test/sim/hot_key_test.cc).
+int64_t WorstExcess(const std::vector<int64_t>& ms, int64_t limit, int64_t window,
+                    int64_t burst) {
+  int64_t worst = INT64_MIN, least = INT64_MAX;
+  for (size_t j = 0; j < ms.size(); ++j) {
+    const int64_t a = static_cast<int64_t>(j) * window - limit * ms[j];
+    least = std::min(least, a);
+    worst = std::max(worst, a - least + window - burst * window);
+  }
+  return worst / window;  // in cost units
+}
+
+TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
+  const std::string policies = testing::WriteTempFile("hot_policies.yaml", kPolicies);
+  std::vector<std::string> addresses;
+  std::string members;
+  for (int i = 0; i < 3; ++i) {
+    addresses.push_back("127.0.0.1:" + std::to_string(testing::PickFreePort()));
+    members += (members.empty() ? "" : ",") + addresses.back();
+  }
+  // A hot key whose four sub-buckets ("key#i") do not all land on one node.
+  const Ring ring(addresses);
+  std::string hot;
+  for (int i = 0; hot.empty(); ++i) {
+    std::set<std::string> owners;
+    const std::string name = "hot" + std::to_string(i);
+    for (int s = 0; s < 4; ++s) owners.insert(ring.Owner(name + "#" + std::to_string(s)));
+    if (owners.size() >= 2) hot = name;
+  }
+  std::vector<testing::RunningNode> nodes;
+  for (const std::string& a : addresses) {
+    nodes.push_back(testing::Launch({"--listen", a, "--admin", "127.0.0.1:0", "--members",
+                                     members, "--self", a, "--policies", policies, "--threads",
+                                     "1", "--hot-split-above", "1500", "--hot-split", "4"}));
+    ASSERT_FALSE(nodes.back().listen.empty());
+  }
+  client::Options o;
+  o.members = addresses;
+  o.policy_file = policies;
+  o.deadline = std::chrono::milliseconds(50);  // sanitizer builds are slow
+  std::string error;
+  auto client = client::Client::Create(o, &error);
+  ASSERT_NE(client, nullptr) << error;
+
+  std::mutex mu;
+  std::vector<int64_t> hot_admitted;  // guarded by mu
+  std::atomic<int64_t> hot_rate{3000};
+  std::atomic<bool> stop{false};
+  const auto start = Clock::now();
+  auto offer = [&](const std::string& key, const std::atomic<int64_t>* rate, int64_t fixed) {
+    auto next = Clock::now();
+    while (!stop) {
+      const int64_t r = rate ? rate->load() : fixed;
+      next += std::chrono::nanoseconds(1'000'000'000 / r);
+      std::this_thread::sleep_until(next);
+      const client::Decision d = client->Decide({"api", key});
+      if (d.allowed && key == hot) {
+        std::lock_guard<std::mutex> lock(mu);
+        hot_admitted.push_back(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+      }
+    }
+  };
+  std::vector<std::thread> load;
+  for (int t = 0; t < 3; ++t) load.emplace_back(offer, hot, &hot_rate, 0);  // 3 x 1000/s
+  for (int k = 0; k < 10; ++k) load.emplace_back(offer, "cold" + std::to_string(k), nullptr, 100);
+
+  // Within 10 s the key is split, listed first, and served from at least two nodes.
+  nlohmann::json top;
+  bool split = false, first = false;
+  std::set<std::string> sub_nodes;
+  for (int i = 0; i < 20 && (!split || sub_nodes.size() < 2 || !first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const testing::CtlOutcome o =
+        testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
+    ASSERT_EQ(o.status, 0) << o.err;
+    top = nlohmann::json::parse(o.out);
+    for (const auto& row : top["hot_keys"]) {
+      const std::string key = row["key"];
+      if (key == hot && row["split_k"] == 4) split = true;
+      if (key.rfind(hot + "#", 0) == 0 && row["rate"].get<int64_t>() > 0) {
+        sub_nodes.insert(row["node"]);
+      }
+    }
+    first = !top["hot_keys"].empty() && top["hot_keys"][0]["key"] == hot;
+  }
+  ASSERT_TRUE(split) << top.dump();
+  EXPECT_GE(sub_nodes.size(), 2u) << top.dump();
+  ASSERT_FALSE(top["hot_keys"].empty());
+  EXPECT_EQ(top["hot_keys"][0]["key"], hot) << top.dump();
+  EXPECT_GE(client->counters().split_redirects, 1u);
+
+  // Cool down: the key merges back (no split left for it).
+  hot_rate = 17;  // 3 threads: 50/s in all
+  bool merged = false;
+  for (int i = 0; i < 40 && !merged; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const testing::CtlOutcome o =
+        testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
+    ASSERT_EQ(o.status, 0) << o.err;
+    merged = true;
+    const nlohmann::json now = nlohmann::json::parse(o.out);
+    for (const auto& row : now["hot_keys"]) {
+      if (row["key"] == hot && row["split_k"] != 0) merged = false;
+    }
+  }
+  EXPECT_TRUE(merged);
+  RecordProperty("split_and_merge_ms",
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    Clock::now() - start)
+                                    .count()));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // some traffic after the reopening
+  stop = true;
+  for (auto& t : load) t.join();
+
+  // Through the split and the merge, at most B + L*t/W in any interval. Admissions are
+  // stamped when the answer arrives, up to a few ms after the node decided: allow L*20ms/W.
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GT(hot_admitted.size(), 2000u);
+  EXPECT_LE(WorstExcess(hot_admitted, 1000, 1000, 1000), 20);
+}
+
+}  // namespace
+}  // namespace limiter
