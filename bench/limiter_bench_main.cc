@@ -4,6 +4,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
 
 int main(int argc, char** argv) {
@@ -56,12 +57,50 @@ int main(int argc, char** argv) {
   node->add_option("--redis-server", o.redis_server, "redis-server binary")->capture_default_str();
   node->add_flag("--json", o.json, "One JSON object instead of the text report");
 
+  limiter::bench::HotKeyBenchOptions h;
+  h.policies = LIMITER_BENCH_POLICIES;
+  CLI::App* hot = app.add_subcommand(
+      "hotkey",
+      "One hot key on a local cluster: checks/s and each node's share, unsplit and split");
+  hot->add_option("--limiterd", h.limiterd, "limiterd binary (default: next to this one)");
+  hot->add_option("--policies", h.policies, "The nodes' policy file")->capture_default_str();
+  hot->add_option("--policy", h.policy, "Policy the checks name")->capture_default_str();
+  hot->add_option("--nodes", h.nodes, "Local nodes")->capture_default_str()->check(CLI::Range(1, 16));
+  hot->add_option("--node-threads", h.node_threads, "--threads of each node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  hot->add_option("--connections", h.connections, "Load threads, each connected to every node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  hot->add_option("--batch", h.batch, "Checks per round, split into one frame per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+  hot->add_option("--keys", h.keys, "Keys: the hot one and the others")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000000));
+  hot->add_option("--hot-ratio", h.hot_ratio, "The hot key's rate over each other key's")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  hot->add_option("--duration", h.duration_s, "Seconds measured in each run")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  hot->add_option("--split", h.split_k, "Sub-buckets of the split key")
+      ->capture_default_str()
+      ->check(CLI::IsMember({2, 4, 8, 16, 32, 64}));
+  hot->add_option("--split-above", h.split_above, "Ops/s of one key on a node that split it")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  hot->add_flag("--pin", h.pin, "Run node i on CPU i modulo the CPU count (taskset)");
+  hot->add_option("--seed", h.seed, "Seed of the key draws")->capture_default_str();
+  hot->add_flag("--json", h.json, "One JSON object instead of the table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench node --help)\n";
+    std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench --help)\n";
     return 2;
   }
+  if (hot->parsed()) return limiter::bench::RunHotKeyBench(h, std::cout, std::cerr);
   return limiter::bench::RunNodeBench(o, std::cout, std::cerr);
 }

@@ -10,7 +10,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "common/frame_codec.h"
@@ -236,15 +238,24 @@ Result<NodeStats> ReadNodeStats(NodeConnection& connection) {
   return stats;
 }
 
-Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
-  std::vector<std::string> argv = {
-      options.program,  "--listen",    "127.0.0.1:0",
-      "--admin",        "127.0.0.1:0", "--policies",
-      options.policies, "--max-keys",  std::to_string(options.max_keys)};
+namespace {
+
+Result<LocalNode> StartNode(const LocalNodeOptions& options, const std::string& listen,
+                            const std::vector<std::string>& cluster_args, int cpu = -1) {
+  std::vector<std::string> argv;
+  if (cpu >= 0) argv = {"taskset", "-c", std::to_string(cpu)};
+  argv.insert(argv.end(), {options.program, "--listen", listen, "--admin", "127.0.0.1:0",
+                           "--policies", options.policies});
+  if (options.max_keys > 0) {
+    argv.push_back("--max-keys");
+    argv.push_back(std::to_string(options.max_keys));
+  }
   if (options.threads > 0) {
     argv.push_back("--threads");
     argv.push_back(std::to_string(options.threads));
   }
+  argv.insert(argv.end(), cluster_args.begin(), cluster_args.end());
+  argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
   Result<std::unique_ptr<Subprocess>> process = Subprocess::Start(argv);
   if (!process) return Error{"cannot start " + options.program + ": " + process.error()};
   LocalNode node;
@@ -261,6 +272,58 @@ Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
   const size_t begin = at + kListening.size();
   node.address = node.banner.substr(begin, node.banner.find(' ', begin) - begin);
   return node;
+}
+
+// A port free on 127.0.0.1 a moment ago; 0 when none could be had.
+int PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
+  return StartNode(options, "127.0.0.1:0", {});
+}
+
+Result<std::vector<LocalNode>> StartLocalCluster(int nodes, const LocalNodeOptions& options) {
+  constexpr int kAttempts = 3;
+  std::string last_error;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::vector<std::string> addresses;
+    std::string members;
+    for (int i = 0; i < nodes; ++i) {
+      const int port = PickFreePort();
+      if (port == 0) return Error{Errno("no free port on 127.0.0.1")};
+      addresses.push_back("127.0.0.1:" + std::to_string(port));
+      members += (i ? "," : "") + addresses.back();
+    }
+    std::vector<LocalNode> started;
+    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      const std::string& self = addresses[i];
+      Result<LocalNode> node = StartNode(options, self, {"--members", members, "--self", self},
+                                         options.pin ? static_cast<int>(i) % cpus : -1);
+      if (!node) {
+        last_error = node.error();
+        break;
+      }
+      started.push_back(std::move(node).value());
+    }
+    if (started.size() == addresses.size()) return started;
+  }
+  return Error{last_error};
 }
 
 std::string DefaultLimiterdPath() {

@@ -73,8 +73,17 @@ struct LocalNodeOptions {
   std::string policies;  // policy file
   int64_t max_keys = 0;
   int threads = 0;  // 0: limiterd's default
+  std::vector<std::string> extra_args;  // more limiterd flags
+  // StartLocalCluster: run node i on CPU i modulo the CPU count (with taskset), so each node
+  // has a core of its own where the machine has enough of them.
+  bool pin = false;
 };
 Result<LocalNode> StartLocalNode(const LocalNodeOptions& options);
+
+// `nodes` limiterd processes on 127.0.0.1 forming one cluster (--members, --self). Members
+// must be named before they start, so their ports are picked free beforehand; a port taken
+// in between fails that start, and the whole cluster is started again on new ports.
+Result<std::vector<LocalNode>> StartLocalCluster(int nodes, const LocalNodeOptions& options);
 
 // ../server/limiterd next to the directory of the running executable (the build tree's
 // layout); empty when the executable's path cannot be read.

@@ -1,0 +1,330 @@
+#include "bench/hot_key_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bench/node_load.h"
+#include "client/node_connection.h"
+#include "client/request_builder.h"
+#include "common/ring.h"
+#include "common/wire.h"
+
+namespace limiter::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A client renews its view of a split well before it lapses, reporting what it sent to the
+// sub-buckets (the owner merges the key back when those reports fall).
+constexpr auto kRenewEvery = std::chrono::milliseconds(500);
+// The split run waits at most this long for the hot key to be split before measuring.
+constexpr auto kSplitWait = std::chrono::seconds(10);
+
+struct SplitView {
+  uint16_t k = 0;  // 0: not split (as far as this thread knows)
+  uint32_t epoch = 0;
+  Clock::time_point valid_until;
+  Clock::time_point renew_at;
+  uint32_t next = 0;   // the sub-bucket of the next op
+  int64_t unreported = 0;
+};
+
+// What one load thread counted while measuring.
+struct ThreadCounts {
+  uint64_t checks = 0;      // answered with a decision
+  uint64_t hot_checks = 0;  // of those, on the hot key (or its sub-buckets)
+  uint64_t redirects = 0;   // answered "split": resent to the sub-buckets
+  uint64_t errors = 0;
+  std::string first_error;
+  std::vector<uint64_t> by_node;
+};
+
+struct RunResult {
+  bool split_seen = false;
+  double seconds = 0;
+  ThreadCounts counts;
+};
+
+std::string KeyOf(int key) { return "h" + std::to_string(key); }
+
+// One load thread: frames of `batch` checks, one frame per node per round, closed loop.
+class LoadThread {
+ public:
+  LoadThread(const HotKeyBenchOptions& o, const Ring& ring, uint64_t seed)
+      : o_(o), ring_(ring), rng_(seed), views_(static_cast<size_t>(o.keys)) {
+    for (int k = 0; k < o.keys; ++k) names_.push_back(KeyOf(k));
+    for (size_t n = 0; n < ring.members().size(); ++n) {
+      builders_.push_back(std::make_unique<RequestBuilder>());
+    }
+    sent_.resize(ring.members().size());
+    counts_.by_node.assign(ring.members().size(), 0);
+  }
+
+  std::optional<std::string> Connect() {
+    for (const std::string& member : ring_.members()) {
+      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(member);
+      if (!c) return member + ": " + c.error();
+      connections_.push_back(std::move(c).value());
+    }
+    return std::nullopt;
+  }
+
+  // One round: a frame to every node that has checks to do, then every reply.
+  std::optional<std::string> Round(bool counting) {
+    const Clock::time_point now = Clock::now();
+    for (size_t n = 0; n < builders_.size(); ++n) {
+      builders_[n]->Clear();
+      sent_[n].clear();
+    }
+    RenewSplit(now);
+    std::uniform_real_distribution<double> draw(0, o_.hot_ratio + o_.keys - 1);
+    for (int i = 0; i < o_.batch; ++i) {
+      const double u = draw(rng_);
+      const int key = u < o_.hot_ratio ? 0 : std::min(o_.keys - 1, 1 + static_cast<int>(u - o_.hot_ratio));
+      SplitView& view = views_[static_cast<size_t>(key)];
+      size_t node;
+      if (view.k != 0 && now < view.valid_until) {
+        const uint16_t index = static_cast<uint16_t>(view.next++ % view.k);
+        node = ring_.OwnerIndex(names_[static_cast<size_t>(key)] + "#" + std::to_string(index));
+        builders_[node]->OnSubBucket(view.k, index, view.epoch);
+        ++view.unreported;
+      } else {
+        view.k = 0;
+        node = ring_.OwnerIndex(names_[static_cast<size_t>(key)]);
+      }
+      builders_[node]->Check(next_id_++, o_.policy, names_[static_cast<size_t>(key)]);
+      sent_[node].push_back(key);
+    }
+    for (size_t n = 0; n < builders_.size(); ++n) {
+      if (builders_[n]->ops() == 0) continue;
+      if (auto e = connections_[n]->Send(builders_[n]->Finish())) return ring_.members()[n] + ": " + *e;
+    }
+    for (size_t n = 0; n < builders_.size(); ++n) {
+      if (builders_[n]->ops() == 0) continue;
+      Result<const wire::Reply*> reply = connections_[n]->Receive();
+      if (!reply) return ring_.members()[n] + ": " + reply.error();
+      const wire::Reply& r = **reply;
+      if (r.error()) return ring_.members()[n] + " refused a frame: " + r.error()->str();
+      if (!r.ops() || r.ops()->size() != sent_[n].size()) {
+        return ring_.members()[n] + ": a reply with the wrong number of ops";
+      }
+      for (size_t i = 0; i < sent_[n].size(); ++i) {
+        const wire::OpReply& op = *r.ops()->Get(static_cast<flatbuffers::uoffset_t>(i));
+        const int key = sent_[n][i];
+        if (op.status() == wire::Status::Ok) {
+          if (!counting) continue;
+          ++counts_.checks;
+          ++counts_.by_node[n];
+          if (key == 0) ++counts_.hot_checks;
+        } else if (op.status() == wire::Status::Split) {
+          Learn(views_[static_cast<size_t>(key)], op, now);
+          if (counting) ++counts_.redirects;
+        } else if (counting) {
+          if (counts_.errors++ == 0) {
+            counts_.first_error = wire::EnumNameStatus(op.status());
+            if (op.error()) counts_.first_error += ": " + op.error()->str();
+          }
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+  bool hot_key_split() const { return views_[0].k != 0; }
+  const ThreadCounts& counts() const { return counts_; }
+
+ private:
+  static void Learn(SplitView& view, const wire::OpReply& op, Clock::time_point now) {
+    view.k = op.split_k();
+    view.epoch = op.split_epoch();
+    view.valid_until = now + std::chrono::milliseconds(op.split_valid_ms());
+    view.renew_at = now + kRenewEvery;
+  }
+
+  // Renews (and reports on) the splits this thread uses, on their owners, as the client does.
+  void RenewSplit(Clock::time_point now) {
+    for (size_t key = 0; key < views_.size(); ++key) {
+      SplitView& view = views_[key];
+      if (view.k == 0 || now < view.renew_at) continue;
+      const size_t owner = ring_.OwnerIndex(names_[key]);
+      RequestBuilder b;
+      b.Split(0, o_.policy, names_[key], view.unreported);
+      view.unreported = 0;
+      view.renew_at = now + kRenewEvery;
+      if (connections_[owner]->Send(b.Finish())) continue;  // the round reports the failure
+      Result<const wire::Reply*> reply = connections_[owner]->Receive();
+      if (!reply || !(*reply)->ops() || (*reply)->ops()->size() != 1) continue;
+      Learn(view, *(*reply)->ops()->Get(0), now);
+    }
+  }
+
+  const HotKeyBenchOptions& o_;
+  const Ring& ring_;
+  std::mt19937_64 rng_;
+  std::vector<std::string> names_;
+  std::vector<SplitView> views_;
+  std::vector<std::unique_ptr<NodeConnection>> connections_;
+  std::vector<std::unique_ptr<RequestBuilder>> builders_;
+  std::vector<std::vector<int>> sent_;  // per node: the key of each op in its frame
+  uint64_t next_id_ = 0;
+  ThreadCounts counts_;
+};
+
+Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
+  LocalNodeOptions node;
+  node.program = o.limiterd.empty() ? DefaultLimiterdPath() : o.limiterd;
+  node.policies = o.policies;
+  node.threads = o.node_threads;
+  node.pin = o.pin;
+  node.extra_args = {"--hot-split-above", split ? std::to_string(o.split_above) : "0"};
+  if (split) {
+    node.extra_args.push_back("--hot-split");
+    node.extra_args.push_back(std::to_string(o.split_k));
+  }
+  Result<std::vector<LocalNode>> cluster = StartLocalCluster(o.nodes, node);
+  if (!cluster) return Error{cluster.error()};
+  std::vector<std::string> members;
+  for (const LocalNode& n : *cluster) members.push_back(n.address);
+  const Ring ring(members);
+
+  std::vector<std::unique_ptr<LoadThread>> loads;
+  for (int t = 0; t < o.connections; ++t) {
+    loads.push_back(std::make_unique<LoadThread>(o, ring, o.seed * 7919 + static_cast<uint64_t>(t)));
+    if (auto e = loads.back()->Connect()) return Error{*e};
+  }
+  // Warm up: until the hot key is split (split run), or for one second.
+  std::atomic<int> phase{0};  // 0 warm-up, 1 measuring, 2 done
+  std::atomic<bool> split_seen{false};
+  std::vector<std::string> failures(loads.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < loads.size(); ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        const int p = phase.load(std::memory_order_relaxed);
+        if (p == 2) break;
+        if (auto e = loads[t]->Round(p == 1)) {
+          failures[t] = *e;
+          phase = 2;
+          break;
+        }
+        if (loads[t]->hot_key_split()) split_seen = true;
+      }
+    });
+  }
+  const Clock::time_point warm_start = Clock::now();
+  const Clock::time_point warm_min = warm_start + std::chrono::seconds(1);
+  while (Clock::now() < warm_min || (split && !split_seen && Clock::now() < warm_start + kSplitWait)) {
+    if (phase == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  int expected = 0;
+  phase.compare_exchange_strong(expected, 1);
+  const Clock::time_point start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+  phase = 2;
+  const Clock::time_point end = Clock::now();
+  for (std::thread& t : threads) t.join();
+  for (const std::string& f : failures) {
+    if (!f.empty()) return Error{f};
+  }
+  RunResult result;
+  result.split_seen = split_seen;
+  result.seconds = std::chrono::duration<double>(end - start).count();
+  result.counts.by_node.assign(members.size(), 0);
+  for (const auto& load : loads) {
+    const ThreadCounts& c = load->counts();
+    result.counts.checks += c.checks;
+    result.counts.hot_checks += c.hot_checks;
+    result.counts.redirects += c.redirects;
+    if (result.counts.errors == 0 && c.errors > 0) result.counts.first_error = c.first_error;
+    result.counts.errors += c.errors;
+    for (size_t n = 0; n < members.size(); ++n) result.counts.by_node[n] += c.by_node[n];
+  }
+  return result;
+}
+
+nlohmann::json ToJson(const RunResult& r) {
+  std::vector<double> shares;
+  for (uint64_t n : r.counts.by_node) {
+    shares.push_back(r.counts.checks ? static_cast<double>(n) / static_cast<double>(r.counts.checks) : 0);
+  }
+  return {{"checks_per_s", static_cast<double>(r.counts.checks) / r.seconds},
+          {"hot_checks_per_s", static_cast<double>(r.counts.hot_checks) / r.seconds},
+          {"node_shares", shares},
+          {"busiest_node_share", shares.empty() ? 0.0 : *std::max_element(shares.begin(), shares.end())},
+          {"redirects", r.counts.redirects},
+          {"errors", r.counts.errors},
+          {"hot_key_split", r.split_seen},
+          {"seconds", r.seconds}};
+}
+
+void PrintRow(std::ostream& out, const char* name, const RunResult& r) {
+  char line[256];
+  std::string shares;
+  for (uint64_t n : r.counts.by_node) {
+    std::snprintf(line, sizeof(line), "%s%.0f%%", shares.empty() ? "" : " ",
+                  r.counts.checks ? 100.0 * static_cast<double>(n) / static_cast<double>(r.counts.checks) : 0.0);
+    shares += line;
+  }
+  std::snprintf(line, sizeof(line), "%-14s %12.0f %12.0f   %s\n", name,
+                static_cast<double>(r.counts.checks) / r.seconds,
+                static_cast<double>(r.counts.hot_checks) / r.seconds, shares.c_str());
+  out << line;
+  if (r.counts.errors > 0) out << "  errors: " << r.counts.errors << " (first: " << r.counts.first_error << ")\n";
+}
+
+}  // namespace
+
+int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream& err) {
+  Result<RunResult> before = RunOnce(o, false);
+  if (!before) {
+    err << "limiter-bench hotkey: " << before.error() << '\n';
+    return 1;
+  }
+  Result<RunResult> after = RunOnce(o, true);
+  if (!after) {
+    err << "limiter-bench hotkey: " << after.error() << '\n';
+    return 1;
+  }
+  const double ratio = before->counts.checks > 0
+                           ? static_cast<double>(after->counts.checks) / after->seconds /
+                                 (static_cast<double>(before->counts.checks) / before->seconds)
+                           : 0;
+  if (o.json) {
+    out << nlohmann::json{{"nodes", o.nodes},
+                          {"node_threads", o.node_threads},
+                          {"keys", o.keys},
+                          {"hot_ratio", o.hot_ratio},
+                          {"split_k", o.split_k},
+                          {"unsplit", ToJson(*before)},
+                          {"split", ToJson(*after)},
+                          {"speedup", ratio}}
+               .dump(2)
+        << '\n';
+    return 0;
+  }
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%d nodes (%d thread%s each), %d keys, one at %gx the others' rate, %d checks a "
+                "frame, %d load threads, %g s each run\n\n",
+                o.nodes, o.node_threads, o.node_threads == 1 ? "" : "s", o.keys, o.hot_ratio,
+                o.batch, o.connections, o.duration_s);
+  out << line;
+  out << "run             checks/s  hot checks/s   share of checks by node\n";
+  PrintRow(out, "unsplit", *before);
+  PrintRow(out, after->split_seen ? "split" : "split (never)", *after);
+  std::snprintf(line, sizeof(line), "\nsplit / unsplit: %.2fx checks/s\n", ratio);
+  out << line;
+  return 0;
+}
+
+}  // namespace limiter::bench
