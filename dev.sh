@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, runs.
-#   ./dev.sh main    the main job (Release build)
+#   ./dev.sh main    the main job (Release build): the 50k scenario on a local 3-node cluster
 #   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror; the client also under
 #                    TSan), what CI runs
 #   ./dev.sh bench   the micro benchmarks (Release build)
@@ -14,7 +14,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
-  libcpp-httplib-dev libhiredis-dev redis-server curl
+  libcpp-httplib-dev libhiredis-dev redis-server curl gnuplot-nox
 )
 JOBS="${JOBS:-2}"
 
@@ -45,8 +45,10 @@ case "${1:-}" in
   main)
     install_missing
     build build -DCMAKE_BUILD_TYPE=Release
-    build/client/ctl/limiterctl replay --trace examples/traces/seed.csv --algorithm all \
-      --limit 10 --window 1000
+    # The 50k scenario for 10 s on a local 3-node cluster: progress, then the report
+    # (also build/report/report.md and chart.png).
+    build/bench/limiter-bench cluster --scenario 50k --duration 10 --report build/report \
+      --json build/report/report.json
     ;;
   test)
     install_missing

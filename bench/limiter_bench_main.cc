@@ -4,8 +4,10 @@
 #include <csignal>
 #include <iostream>
 
+#include "bench/cluster_bench.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
+#include "common/membership.h"
 
 int main(int argc, char** argv) {
   // A peer that goes away is an error reply from send(), not a signal.
@@ -94,12 +96,66 @@ int main(int argc, char** argv) {
   hot->add_option("--seed", h.seed, "Seed of the key draws")->capture_default_str();
   hot->add_flag("--json", h.json, "One JSON object instead of the table");
 
+  limiter::bench::ClusterBenchOptions c;
+  c.policies = LIMITER_CLUSTER_POLICIES;
+  std::string cluster_list;
+  CLI::App* cluster = app.add_subcommand(
+      "cluster", "The 50k or 500k requests/s scenario end to end through the gateway library");
+  cluster->add_option("--scenario", c.scenario, "50k or 500k")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"50k", "500k"}));
+  cluster->add_option("--duration", c.duration_s, "Seconds of arrivals")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 3600.0));
+  cluster->add_option("--warmup", c.warmup_s, "Seconds of arrivals before the measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600.0));
+  cluster->add_option("--nodes", c.nodes, "Local nodes to start")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cluster->add_option("--node-threads", c.node_threads, "--threads of each local node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cluster->add_option("--gateways", c.gateways, "Gateways (default: the scenario's, 40 or 100)")
+      ->check(CLI::Range(1, 10000));
+  cluster->add_option("--rate", c.rate, "Requests/s (default: the scenario's)")
+      ->check(CLI::Range(1.0, 1e8));
+  cluster->add_option("--deadline-us", c.deadline_us, "Each gateway's store-call deadline")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{60'000'000}));
+  cluster->add_option("--cluster", cluster_list, "HOST:PORT,... of running nodes instead");
+  cluster->add_option("--limiterd", c.limiterd, "limiterd binary (default: next to this one)");
+  cluster->add_option("--policies", c.policies, "Policy file of nodes and gateways")
+      ->capture_default_str();
+  cluster->add_option("--spread", c.spread,
+                      "How requests reach gateways: even (round robin), random, or sticky (each key from one gateway)")
+      ->capture_default_str();
+  cluster->add_option("--json", c.json_file, "Also write the report as JSON to this file");
+  cluster->add_option("--report", c.report_dir,
+                      "Also write report.md, per_second.tsv and chart.png (gnuplot) here");
+  cluster->add_flag("--vs-redis", c.vs_redis,
+                    "Then the same arrivals against redis-server, one EVALSHA per request");
+  cluster->add_option("--redis-server", c.redis_server, "redis-server binary")
+      ->capture_default_str();
+  cluster->add_option("--seed", c.seed, "Seed of the arrivals")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench --help)\n";
     return 2;
+  }
+  if (cluster->parsed()) {
+    if (!cluster_list.empty()) {
+      limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(cluster_list);
+      if (!list) {
+        std::cerr << "limiter-bench: --cluster: " << list.error() << '\n';
+        return 2;
+      }
+      c.cluster = std::move(list).value();
+    }
+    return limiter::bench::RunClusterBench(c, std::cout, std::cerr);
   }
   if (hot->parsed()) return limiter::bench::RunHotKeyBench(h, std::cout, std::cerr);
   return limiter::bench::RunNodeBench(o, std::cout, std::cerr);

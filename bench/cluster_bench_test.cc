@@ -1,0 +1,139 @@
+// The accuracy check's arithmetic, and the CI smoke runs of both cluster scenarios: 3 s at a
+// reduced rate on a local 3-node cluster, checking the report's fields and that no key went
+// over its promise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "bench/cluster_bench.h"
+#include "bench/promise_check.h"
+
+namespace limiter::bench {
+namespace {
+
+// 10 per second, burst 5, in microseconds.
+constexpr PromiseBound kTen{10, 1'000'000, 5};
+
+Admission At(int64_t us, int64_t cost = 1) { return {us, us, cost}; }
+
+TEST(PromiseCheckTest, AnEmptyKeyIsNotOver) {
+  EXPECT_FALSE(FindWorstWindow({}, kTen).over);
+}
+
+TEST(PromiseCheckTest, ABurstUpToBIsKept) {
+  const std::vector<Admission> a(5, At(1000));
+  const WorstWindow w = FindWorstWindow(a, kTen);
+  EXPECT_FALSE(w.over);
+  EXPECT_EQ(w.admitted, 5);
+  EXPECT_EQ(w.interval_us, 0);
+}
+
+TEST(PromiseCheckTest, OneMoreThanTheBurstAtOnceIsOver) {
+  const std::vector<Admission> a(6, At(1000));
+  const WorstWindow w = FindWorstWindow(a, kTen);
+  EXPECT_TRUE(w.over);
+  EXPECT_EQ(w.admitted, 6);
+}
+
+TEST(PromiseCheckTest, TheRefillRateIsKeptExactly) {
+  // The burst at t=0, then one every 100 ms: exactly B + L*t/W at every admission.
+  std::vector<Admission> a(5, At(0));
+  for (int i = 1; i <= 50; ++i) a.push_back(At(i * 100'000));
+  EXPECT_FALSE(FindWorstWindow(a, kTen).over);
+  // One of them a microsecond early is one too many.
+  a[20].start_us = a[20].end_us = a[20].end_us - 1;
+  EXPECT_TRUE(FindWorstWindow(a, kTen).over);
+}
+
+TEST(PromiseCheckTest, CostsCount) {
+  EXPECT_FALSE(FindWorstWindow(std::vector<Admission>{At(0, 5)}, kTen).over);
+  EXPECT_TRUE(FindWorstWindow(std::vector<Admission>{At(0, 6)}, kTen).over);
+}
+
+TEST(PromiseCheckTest, AnAdmissionMayHaveBeenChargedAnywhereInItsSpan) {
+  // Six admissions decided at one instant, but the requests arrived 100 ms apart: the node
+  // may have charged them at their arrivals, which the bucket allows.
+  std::vector<Admission> a;
+  for (int i = 0; i < 6; ++i) a.push_back({i * 100'000, 600'000, 1});
+  EXPECT_FALSE(FindWorstWindow(a, kTen).over);
+}
+
+TEST(PromiseCheckTest, FindsTheWorstWindowInsideALongRun) {
+  // Well within the rate for a second, then 8 at once: 3 over the burst.
+  std::vector<Admission> a;
+  for (int i = 0; i < 5; ++i) a.push_back(At(i * 200'000));
+  for (int i = 0; i < 8; ++i) a.push_back(At(2'000'000));
+  const WorstWindow w = FindWorstWindow(a, kTen);
+  EXPECT_TRUE(w.over);
+  EXPECT_EQ(w.admitted, 8);
+  EXPECT_EQ(w.interval_us, 0);
+  EXPECT_DOUBLE_EQ(w.allowed, 5);
+}
+
+class ClusterSmokeTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ClusterSmokeTest, RunsAtReducedRateAndKeepsEveryPromise) {
+  const std::string dir = ::testing::TempDir() + "/cluster_smoke_" + GetParam() + "_" +
+                          std::to_string(::getpid());
+  ClusterBenchOptions o;
+  o.scenario = GetParam();
+  o.limiterd = LIMITERD_BIN;
+  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.duration_s = 3;
+  o.warmup_s = 1;
+  o.rate = 3000;
+  // A sanitizer build on a shared machine: a generous deadline, so that what is checked is
+  // the harness and the promise, not this machine's latency.
+  o.deadline_us = 200'000;
+  o.json_file = dir + ".json";
+  o.report_dir = dir;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunClusterBench(o, out, err), 0) << err.str() << out.str();
+  EXPECT_NE(out.str().find("offered"), std::string::npos) << "no progress line:\n" << out.str();
+
+  std::ifstream f(o.json_file);
+  const nlohmann::json r = nlohmann::json::parse(f);
+  for (const char* field : {"offered_rps", "achieved_rps", "decisions_per_s", "store_ops_per_s",
+                            "store_ops_per_request", "p50_us", "p99_us", "p999_us", "max_us",
+                            "keys_checked", "keys_over_promise", "fallbacks_by_class",
+                            "node_usage", "per_second", "worst_window"}) {
+    EXPECT_TRUE(r.contains(field)) << field;
+  }
+  EXPECT_NEAR(r["offered_rps"].get<double>(), 3000, 30);
+  EXPECT_EQ(r["errors"].get<uint64_t>(), 0u) << r.value("first_error", "");
+  EXPECT_GT(r["keys_checked"].get<uint64_t>(), 0u);
+  EXPECT_EQ(r["keys_over_promise"].get<uint64_t>(), 0u) << r["worst_window"].dump();
+  EXPECT_GT(r["store_ops_per_s"].get<double>(), 0);
+  EXPECT_EQ(r["node_usage"].size(), 3u);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/report.md"));
+  EXPECT_GT(std::filesystem::file_size(dir + "/chart.png"), 0u);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(o.json_file);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothScenarios, ClusterSmokeTest, ::testing::Values("50k", "500k"));
+
+TEST(ClusterBenchErrorTest, AnUnknownScenarioIsOneErrorLine) {
+  ClusterBenchOptions o;
+  o.scenario = "5m";
+  o.policies = LIMITER_CLUSTER_POLICIES;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunClusterBench(o, out, err), 2);
+  EXPECT_EQ(err.str(), "limiter-bench cluster: unknown scenario '5m' (known: 50k, 500k)\n");
+}
+
+TEST(ClusterBenchErrorTest, APolicyFileWithoutTheScenariosPoliciesIsRefused) {
+  ClusterBenchOptions o;
+  o.policies = LIMITER_BENCH_POLICIES;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunClusterBench(o, out, err), 2);
+  EXPECT_NE(err.str().find("has no policy 'api_key'"), std::string::npos) << err.str();
+}
+
+}  // namespace
+}  // namespace limiter::bench
