@@ -95,6 +95,7 @@ struct Second {
   uint64_t store_ops = 0;
   uint64_t fallbacks = 0;
   uint64_t p99_us = 0;
+  int64_t lag_us = 0;  // the longest an arrival loop was late in the second
   bool warm_up = false;
 };
 
@@ -107,28 +108,42 @@ Histogram::Snapshot Minus(const Histogram::Snapshot& a, const Histogram::Snapsho
   return d;
 }
 
-// Everything the run does happens on the scheduler's thread: arrivals, decisions that
-// complete locally and those that complete when a node answers, the progress line.
-class Run {
+// The workload's names and popularity, shared read-only by every event loop.
+struct Workload {
+  Workload(const Scenario& s)
+      : zipf_keys(s.keys, s.zipf_s), zipf_accounts(s.accounts, s.zipf_s) {
+    for (int64_t k = 0; k < s.keys; ++k) keys.push_back("k" + std::to_string(k));
+    for (int64_t t = 0; t < s.tenants; ++t) tenants.push_back("t" + std::to_string(t));
+    for (int64_t a = 0; a < s.accounts; ++a) accounts.push_back("a" + std::to_string(a));
+  }
+  const std::string& name(Kind k, size_t i) const { return k == kApiKey ? keys[i] : accounts[i]; }
+
+  const Zipf zipf_keys;
+  const Zipf zipf_accounts;
+  std::vector<std::string> keys, tenants, accounts;
+};
+
+// One event loop's share of the run: its gateways, and arrivals at rate/loops. Everything
+// it does happens on its scheduler's thread (arrivals, decisions that complete locally and
+// those that complete when a node answers); the progress counters may be read from any
+// thread.
+class LoopRun {
  public:
-  Run(const Scenario& scenario, const ClusterBenchOptions& o, AsioScheduler& scheduler,
-      std::vector<Gateway>& gateways, std::ostream& out)
+  LoopRun(const Scenario& scenario, const ClusterBenchOptions& o, const Workload& workload,
+      double rate, uint64_t seed, AsioScheduler& scheduler, std::vector<Gateway*> gateways)
       : s_(scenario),
         o_(o),
+        w_(workload),
+        rate_(rate),
         scheduler_(scheduler),
-        gateways_(gateways),
-        out_(out),
-        zipf_keys_(scenario.keys, scenario.zipf_s),
-        zipf_accounts_(scenario.accounts, scenario.zipf_s),
-        rng_(o.seed) {
-    for (int64_t k = 0; k < s_.keys; ++k) keys_.push_back("k" + std::to_string(k));
-    for (int64_t t = 0; t < s_.tenants; ++t) tenants_.push_back("t" + std::to_string(t));
-    for (int64_t a = 0; a < s_.accounts; ++a) accounts_.push_back("a" + std::to_string(a));
+        gateways_(std::move(gateways)),
+        rng_(seed) {
     admissions_[kApiKey].resize(static_cast<size_t>(s_.keys));
     admissions_[kLogin].resize(static_cast<size_t>(s_.accounts));
   }
 
-  // Runs the arrivals for duration_s; the future is ready once every decision is in.
+  // Runs the arrivals for warmup_s + duration_s; the future is ready once every decision
+  // is in.
   std::future<void> Start() {
     scheduler_.Post([this] {
       t0_ = scheduler_.NowUs();
@@ -136,14 +151,31 @@ class Run {
       end_us_ = measure_us_ + static_cast<int64_t>(o_.duration_s * 1e6);
       next_us_ = t0_;
       Tick();
-      scheduler_.After(1'000'000, [this] { Progress(); });
       scheduler_.After(measure_us_ - t0_, [this] { ops_at_measure_ = StoreOps(); });
     });
     return finished_.get_future();
   }
 
+  // --- Progress, from any thread ---
+  uint64_t offered_so_far() const { return offered_.load(std::memory_order_relaxed); }
+  uint64_t decided_so_far() const { return decided_.load(std::memory_order_relaxed); }
+  void AddLatencyTo(Histogram::Snapshot& s) const { all_latency_.AddTo(s); }
+  // The longest the arrival loop was late since the last call.
+  int64_t TakeLag() { return lag_us_.exchange(0, std::memory_order_relaxed); }
+  uint64_t StoreOps() const {
+    uint64_t ops = 0;
+    for (const Gateway* g : gateways_) ops += g->core->counters().store_calls;
+    return ops;
+  }
+  uint64_t Fallbacks() const {
+    uint64_t n = 0;
+    for (const Gateway* g : gateways_) {
+      n += g->core->counters().by_source[static_cast<size_t>(client::Source::kFallback)];
+    }
+    return n;
+  }
+
   // --- Read after the future is ready ---
-  double seconds() const { return o_.duration_s; }
   // From the end of the warm-up to the last decision.
   double decided_span_s() const {
     return std::max(o_.duration_s, static_cast<double>(last_done_us_ - measure_us_) / 1e6);
@@ -156,26 +188,27 @@ class Run {
   uint64_t errors() const { return errors_; }
   const std::string& first_error() const { return first_error_; }
   const std::array<uint64_t, 3>& by_source() const { return by_source_; }
-  Histogram::Snapshot latency() const { return latency_.Read(); }
-  const std::vector<Second>& per_second() const { return seconds_; }
-  const std::vector<std::vector<Admission>>& admissions(Kind k) const { return admissions_[k]; }
-  const std::string& key_name(Kind k, size_t i) const {
-    return k == kApiKey ? keys_[i] : accounts_[i];
-  }
+  void AddMeasuredLatencyTo(Histogram::Snapshot& s) const { latency_.AddTo(s); }
+  std::vector<std::vector<Admission>>& admissions(Kind k) { return admissions_[k]; }
 
  private:
   static constexpr int64_t kTickUs = 100;  // arrivals due are issued at least this often
 
   void Tick() {
     const int64_t now = scheduler_.NowUs();
+    if (last_tick_us_ > 0 && now - last_tick_us_ > lag_us_.load(std::memory_order_relaxed)) {
+      lag_us_.store(now - last_tick_us_, std::memory_order_relaxed);
+    }
+    last_tick_us_ = now;
     const int64_t due = std::min(now, end_us_ - 1);
     while (next_us_ <= due) {
       Issue(next_us_);
       ++issued_;
-      next_us_ = t0_ + static_cast<int64_t>(static_cast<double>(issued_) * 1e6 / s_.rate);
+      next_us_ = t0_ + static_cast<int64_t>(static_cast<double>(issued_) * 1e6 / rate_);
     }
     if (next_us_ < end_us_) {
-      scheduler_.After(std::max<int64_t>(kTickUs, next_us_ - scheduler_.NowUs()), [this] { Tick(); });
+      scheduler_.After(std::max<int64_t>(kTickUs, next_us_ - scheduler_.NowUs()),
+                       [this] { Tick(); });
     } else {
       issuing_done_ = true;
       ops_at_end_ = StoreOps();
@@ -191,30 +224,33 @@ class Run {
     int64_t cost = 1;
     if (endpoint < s_.login_share) {
       kind = kLogin;
-      index = static_cast<size_t>(zipf_accounts_.Draw(uniform_(rng_)));
+      index = static_cast<size_t>(w_.zipf_accounts.Draw(uniform_(rng_)));
       request.policy = "login";
-      request.key = accounts_[index];
+      request.key = w_.accounts[index];
     } else {
-      index = static_cast<size_t>(zipf_keys_.Draw(uniform_(rng_)));
+      index = static_cast<size_t>(w_.zipf_keys.Draw(uniform_(rng_)));
       request.policy = "api_key";
-      request.key = keys_[index];
-      request.tenant = tenants_[index * static_cast<size_t>(s_.tenants) / static_cast<size_t>(s_.keys)];
+      request.key = w_.keys[index];
+      request.tenant =
+          w_.tenants[index * static_cast<size_t>(s_.tenants) / static_cast<size_t>(s_.keys)];
       if (endpoint < s_.login_share + s_.report_share) {
         request.operation = "report";
         cost = 20;
       }
     }
     const size_t gateway = PickGateway(kind, index);
-    ++second_offered_;
+    offered_.fetch_add(1, std::memory_order_relaxed);
     if (intended_us >= measure_us_) ++issued_measured_;
-    gateways_[gateway].core->DecideAsync(
+    gateways_[gateway]->core->DecideAsync(
         request, [this, intended_us, kind, index, cost](client::Decision d) {
           Done(intended_us, kind, index, cost, d);
         });
   }
 
   // even: round robin; random: uniformly; sticky: each API key's (or account's) requests
-  // come from one client connection, so one gateway (an L4 balancer with keep-alive).
+  // come from one client connection, so one gateway (an L4 balancer with keep-alive). The
+  // loops split the gateways, and `sticky` keys the pick on the key alone, so a key stays
+  // with one gateway whichever loop draws it... within this loop's share.
   size_t PickGateway(Kind kind, size_t index) {
     if (o_.spread == "even") return static_cast<size_t>(issued_ % gateways_.size());
     if (o_.spread == "random") return static_cast<size_t>(rng_() % gateways_.size());
@@ -223,14 +259,15 @@ class Run {
     return static_cast<size_t>((h >> 32) % gateways_.size());
   }
 
-  void Done(int64_t intended_us, Kind kind, size_t index, int64_t cost, const client::Decision& d) {
+  void Done(int64_t intended_us, Kind kind, size_t index, int64_t cost,
+            const client::Decision& d) {
     const int64_t now = scheduler_.NowUs();
     const uint64_t latency = static_cast<uint64_t>(std::max<int64_t>(0, now - intended_us));
-    second_latency_.Record(latency);
-    ++decided_;
+    all_latency_.Record(latency);
+    decided_.fetch_add(1, std::memory_order_relaxed);
+    ++decided_all_;
     last_done_us_ = std::max(last_done_us_, now);
-    const bool measured = intended_us >= measure_us_;
-    if (measured) {
+    if (intended_us >= measure_us_) {
       latency_.Record(latency);
       ++decided_measured_;
       by_source_[static_cast<size_t>(d.source)]++;
@@ -240,84 +277,156 @@ class Run {
         ++allowed_;
       }
     }
-    // Every admission counts for accuracy, the warm-up's included.
+    // Every admission counts for accuracy, the warm-up's included. Times are on the
+    // steady clock every loop shares.
     if (d.error.empty() && d.allowed) {
-      admissions_[kind][index].push_back({intended_us - t0_, now - t0_, cost});
+      admissions_[kind][index].push_back({intended_us, now, cost});
     }
     MaybeFinish();
   }
 
   void MaybeFinish() {
-    if (issuing_done_ && decided_ == issued_ && !finished_set_) {
+    if (issuing_done_ && decided_all_ == issued_ && !finished_set_) {
       finished_set_ = true;
       finished_.set_value();
     }
   }
 
-  uint64_t StoreOps() const {
-    uint64_t ops = 0;
-    for (const Gateway& g : gateways_) ops += g.core->counters().store_calls;
-    return ops;
-  }
-
-  void Progress() {
-    if (finished_set_) return;
-    Second s;
-    s.t = static_cast<double>(scheduler_.NowUs() - t0_) / 1e6;
-    s.offered = second_offered_;
-    second_offered_ = 0;
-    s.decided = decided_ - last_decided_;
-    last_decided_ = decided_;
-    uint64_t ops = 0, fallbacks = 0;
-    for (const Gateway& g : gateways_) {
-      const client::Counters c = g.core->counters();
-      ops += c.store_calls;
-      fallbacks += c.by_source[static_cast<size_t>(client::Source::kFallback)];
-    }
-    s.store_ops = ops - last_ops_;
-    last_ops_ = ops;
-    s.fallbacks = fallbacks - last_fallbacks_;
-    last_fallbacks_ = fallbacks;
-    s.warm_up = scheduler_.NowUs() <= measure_us_;
-    const Histogram::Snapshot now = second_latency_.Read();
-    s.p99_us = Minus(now, last_latency_).Quantile(0.99);
-    last_latency_ = now;
-    seconds_.push_back(s);
-    char line[200];
-    std::snprintf(line, sizeof(line),
-                  "[%5.1fs] offered %7" PRIu64 "/s  decided %7" PRIu64 "/s  store ops %6" PRIu64
-                  "/s  p99 %5" PRIu64 " us  fallbacks %" PRIu64 "%s\n",
-                  s.t, s.offered, s.decided, s.store_ops, s.p99_us, s.fallbacks,
-                  s.warm_up ? "  (warm-up)" : "");
-    out_ << line << std::flush;
-    if (!issuing_done_) scheduler_.After(1'000'000, [this] { Progress(); });
-  }
-
   const Scenario s_;
   const ClusterBenchOptions& o_;
+  const Workload& w_;
+  const double rate_;
   AsioScheduler& scheduler_;
-  std::vector<Gateway>& gateways_;
-  std::ostream& out_;
-  const Zipf zipf_keys_;
-  const Zipf zipf_accounts_;
+  const std::vector<Gateway*> gateways_;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
-  std::vector<std::string> keys_, tenants_, accounts_;
 
   int64_t t0_ = 0, measure_us_ = 0, end_us_ = 0, next_us_ = 0, last_done_us_ = 0;
-  uint64_t issued_ = 0, decided_ = 0, allowed_ = 0, errors_ = 0;
+  int64_t last_tick_us_ = 0;
+  uint64_t issued_ = 0, decided_all_ = 0, allowed_ = 0, errors_ = 0;
   uint64_t issued_measured_ = 0, decided_measured_ = 0;
   uint64_t ops_at_measure_ = 0, ops_at_end_ = 0;
   std::string first_error_;
   std::array<uint64_t, 3> by_source_{};
-  Histogram latency_;         // after the warm-up
-  Histogram second_latency_;  // all, for the progress lines
+  Histogram latency_;      // after the warm-up
+  Histogram all_latency_;  // all, for the progress lines
+  std::atomic<uint64_t> offered_{0}, decided_{0};
+  std::atomic<int64_t> lag_us_{0};
   std::array<std::vector<std::vector<Admission>>, kKinds> admissions_;
   bool issuing_done_ = false, finished_set_ = false;
   std::promise<void> finished_;
-  // Progress.
-  uint64_t second_offered_ = 0, last_decided_ = 0, last_ops_ = 0, last_fallbacks_ = 0;
-  Histogram::Snapshot last_latency_;
+};
+
+// Every event loop's share, and the progress line each second, read from the main thread.
+class Harness {
+ public:
+  Harness(const Scenario& s, const ClusterBenchOptions& o, const PolicySet& policies,
+          const std::vector<std::string>& members)
+      : s_(s), o_(o), workload_(s) {
+    const int loops = std::max(1, std::min(o.loops, s.gateways));
+    for (int l = 0; l < loops; ++l) schedulers_.push_back(std::make_unique<AsioScheduler>());
+    ClientCoreOptions core_options;
+    core_options.gateways = s.gateways;
+    core_options.deadline_us = o.deadline_us;
+    gateways_.resize(static_cast<size_t>(s.gateways));
+    std::vector<std::vector<Gateway*>> shares(static_cast<size_t>(loops));
+    for (size_t g = 0; g < gateways_.size(); ++g) {
+      AsioScheduler& scheduler = *schedulers_[g % static_cast<size_t>(loops)];
+      gateways_[g].transport = std::make_unique<TcpTransport>(scheduler.io());
+      gateways_[g].core = std::make_unique<ClientCore>(policies, members, scheduler,
+                                                       *gateways_[g].transport, core_options);
+      gateways_[g].core->WarmUp();
+      shares[g % static_cast<size_t>(loops)].push_back(&gateways_[g]);
+    }
+    for (int l = 0; l < loops; ++l) {
+      runs_.push_back(std::make_unique<LoopRun>(s, o, workload_, s.rate / loops,
+                                            o.seed * 1000003 + static_cast<uint64_t>(l),
+                                            *schedulers_[static_cast<size_t>(l)],
+                                            std::move(shares[static_cast<size_t>(l)])));
+    }
+  }
+
+  ~Harness() {
+    // Connections belong to their loop's thread: close them there, then stop the loops,
+    // before the clients go.
+    for (size_t l = 0; l < schedulers_.size(); ++l) {
+      schedulers_[l]->RunAndWait([&] {
+        for (size_t g = l; g < gateways_.size(); g += schedulers_.size()) {
+          gateways_[g].transport->CloseAll();
+        }
+      });
+      schedulers_[l]->Stop();
+    }
+  }
+
+  int loops() const { return static_cast<int>(runs_.size()); }
+
+  // Runs every loop, writing a progress line a second; false when the decisions were not
+  // all in 10 s after the last arrival was due.
+  bool RunAll(std::ostream& out) {
+    std::vector<std::future<void>> finished;
+    for (auto& r : runs_) finished.push_back(r->Start());
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + std::chrono::milliseconds(static_cast<int64_t>(
+                                   (o_.warmup_s + o_.duration_s + 10) * 1000));
+    uint64_t last_offered = 0, last_decided = 0, last_ops = 0, last_fallbacks = 0;
+    Histogram::Snapshot last_latency;
+    for (int second = 1;; ++second) {
+      const auto tick = start + std::chrono::seconds(second);
+      bool all_done = true;
+      for (auto& f : finished) {
+        // Integer durations: libstdc++ 12's wait_until spins on a floating-point one.
+        if (f.wait_until(std::min(tick, until)) != std::future_status::ready) all_done = false;
+      }
+      if (all_done) return true;
+      if (std::chrono::steady_clock::now() >= until) return false;
+      Second s;
+      s.t = second;
+      s.warm_up = second <= o_.warmup_s;
+      uint64_t offered = 0, decided = 0, ops = 0, fallbacks = 0;
+      Histogram::Snapshot latency;
+      for (auto& r : runs_) {
+        offered += r->offered_so_far();
+        decided += r->decided_so_far();
+        ops += r->StoreOps();
+        fallbacks += r->Fallbacks();
+        r->AddLatencyTo(latency);
+        s.lag_us = std::max(s.lag_us, r->TakeLag());
+      }
+      s.offered = offered - last_offered;
+      s.decided = decided - last_decided;
+      s.store_ops = ops - last_ops;
+      s.fallbacks = fallbacks - last_fallbacks;
+      s.p99_us = Minus(latency, last_latency).Quantile(0.99);
+      last_offered = offered;
+      last_decided = decided;
+      last_ops = ops;
+      last_fallbacks = fallbacks;
+      last_latency = latency;
+      seconds_.push_back(s);
+      char line[240];
+      std::snprintf(line, sizeof(line),
+                    "[%3.0fs] offered %7" PRIu64 "/s  decided %7" PRIu64 "/s  store ops %6" PRIu64
+                    "/s  p99 %6" PRIu64 " us  fallbacks %5" PRIu64 "  loop lag %5" PRId64
+                    " us%s\n",
+                    s.t, s.offered, s.decided, s.store_ops, s.p99_us, s.fallbacks, s.lag_us,
+                    s.warm_up ? "  (warm-up)" : "");
+      out << line << std::flush;
+    }
+  }
+
+  const std::vector<std::unique_ptr<LoopRun>>& runs() const { return runs_; }
+  const std::vector<Second>& per_second() const { return seconds_; }
+  const Workload& workload() const { return workload_; }
+  std::vector<Gateway>& gateways() { return gateways_; }
+
+ private:
+  const Scenario s_;
+  const ClusterBenchOptions& o_;
+  const Workload workload_;
+  std::vector<std::unique_ptr<AsioScheduler>> schedulers_;
+  std::vector<Gateway> gateways_;
+  std::vector<std::unique_ptr<LoopRun>> runs_;
   std::vector<Second> seconds_;
 };
 
@@ -353,18 +462,29 @@ struct PromiseResult {
   double worst_excess = 0;  // admitted - allowed in the worst window (<= 0 when kept)
 };
 
-PromiseResult CheckPromises(const Run& run, const PolicySet& policies) {
+// Every key's admissions from every loop, in decision order, against its promise.
+PromiseResult CheckPromises(Harness& harness, const PolicySet& policies) {
   PromiseResult result;
   const std::pair<Kind, const char*> kinds[] = {{kApiKey, "api_key"}, {kLogin, "login"}};
   for (const auto& [kind, name] : kinds) {
     const Policy* p = policies.Find(name);
     if (p == nullptr) continue;
     const PromiseBound bound{p->rate.limit(), p->rate.window_ms() * 1000, p->rate.burst()};
-    const auto& all = run.admissions(kind);
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (all[i].empty()) continue;
+    std::vector<std::vector<std::vector<Admission>>*> parts;
+    for (const auto& run : harness.runs()) parts.push_back(&run->admissions(kind));
+    std::vector<Admission> merged;
+    for (size_t i = 0; i < parts.front()->size(); ++i) {
+      merged.clear();
+      for (std::vector<std::vector<Admission>>* part : parts) {
+        merged.insert(merged.end(), (*part)[i].begin(), (*part)[i].end());
+      }
+      if (merged.empty()) continue;
+      if (parts.size() > 1) {
+        std::sort(merged.begin(), merged.end(),
+                  [](const Admission& a, const Admission& b) { return a.end_us < b.end_us; });
+      }
       ++result.keys_checked;
-      const WorstWindow w = FindWorstWindow(all[i], bound);
+      const WorstWindow w = FindWorstWindow(merged, bound);
       if (w.over) ++result.keys_over;
       const double excess = static_cast<double>(w.admitted) - w.allowed;
       if (!result.have_worst || excess > result.worst_excess) {
@@ -372,7 +492,7 @@ PromiseResult CheckPromises(const Run& run, const PolicySet& policies) {
         result.worst_excess = excess;
         result.worst = w;
         result.worst_policy = name;
-        result.worst_key = run.key_name(kind, i);
+        result.worst_key = harness.workload().name(kind, i);
       }
     }
   }
@@ -556,45 +676,39 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
   std::vector<std::optional<double>> cpu_before;
   for (const LocalNode& n : local) cpu_before.push_back(CpuSeconds(n.process->pid()));
 
-  AsioScheduler scheduler;
-  std::vector<Gateway> gateways(static_cast<size_t>(scenario.gateways));
-  ClientCoreOptions core_options;
-  core_options.gateways = scenario.gateways;
-  core_options.deadline_us = o.deadline_us;
-  for (Gateway& g : gateways) {
-    g.transport = std::make_unique<TcpTransport>(scheduler.io());
-    g.core = std::make_unique<ClientCore>(*policies, members, scheduler, *g.transport, core_options);
-    g.core->WarmUp();
-  }
+  Harness harness(scenario, o, *policies, members);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the connections open
-
-  Run run(scenario, o, scheduler, gateways, out);
-  const auto cpu_start = std::chrono::steady_clock::now();
-  std::future<void> finished = run.Start();
-  // Integer milliseconds: libstdc++ 12's wait_for spins on a floating-point duration.
-  const auto budget = std::chrono::milliseconds(
-      static_cast<int64_t>((o.warmup_s + o.duration_s + 10) * 1000));
-  const bool complete = finished.wait_for(budget) == std::future_status::ready;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_start).count();
-
-  // The figures the report needs from the I/O thread's side, then stop it.
-  client::Counters total;
-  scheduler.RunAndWait([&] {
-    for (Gateway& g : gateways) {
-      const client::Counters c = g.core->counters();
-      total.store_calls += c.store_calls;
-      total.store_errors += c.store_errors;
-      total.deadline_misses += c.deadline_misses;
-      total.leases += c.leases;
-      for (int i = 0; i < 4; ++i) total.fallback_by_class[i] += c.fallback_by_class[i];
-    }
-    for (Gateway& g : gateways) g.transport->CloseAll();
-  });
-  scheduler.Stop();
+  const auto run_start = std::chrono::steady_clock::now();
+  const bool complete = harness.RunAll(out);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (!complete) {
-    return fail(Fmt("the run had not finished %.0f s after its last arrival was due: this "
+    return fail(Fmt("the run had not finished 10 s after its last arrival was due: this "
                     "machine cannot issue and decide %.0f requests/s (lower --rate)",
-                    10.0, scenario.rate));
+                    scenario.rate));
+  }
+  uint64_t issued = 0, decided = 0, allowed = 0, errors = 0, store_ops = 0;
+  double span_s = 0;
+  std::array<uint64_t, 3> by_source{};
+  std::string first_error;
+  Histogram::Snapshot latency;
+  for (const auto& run : harness.runs()) {
+    issued += run->issued();
+    decided += run->decided();
+    allowed += run->allowed();
+    errors += run->errors();
+    store_ops += run->store_ops();
+    span_s = std::max(span_s, run->decided_span_s());
+    for (size_t i = 0; i < by_source.size(); ++i) by_source[i] += run->by_source()[i];
+    if (first_error.empty()) first_error = run->first_error();
+    run->AddMeasuredLatencyTo(latency);
+  }
+  client::Counters total;
+  for (const Gateway& g : harness.gateways()) {
+    const client::Counters c = g.core->counters();
+    total.store_errors += c.store_errors;
+    total.deadline_misses += c.deadline_misses;
+    for (int i = 0; i < 4; ++i) total.fallback_by_class[i] += c.fallback_by_class[i];
   }
 
   std::vector<NodeUsage> usage;
@@ -610,30 +724,30 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     }
     usage.push_back(u);
   }
-  const PromiseResult promise = CheckPromises(run, *policies);
-  const Histogram::Snapshot latency = run.latency();
+  const PromiseResult promise = CheckPromises(harness, *policies);
 
-  const double offered = static_cast<double>(run.issued()) / run.seconds();
-  const double achieved = static_cast<double>(run.decided()) / run.decided_span_s();
+  const double offered = static_cast<double>(issued) / o.duration_s;
+  const double achieved = static_cast<double>(decided) / span_s;
   Json report = {
       {"scenario", o.scenario},
       {"gateways", scenario.gateways},
       {"nodes", static_cast<int>(members.size())},
       {"duration_s", o.duration_s},
       {"spread", o.spread},
+      {"loops", harness.loops()},
       {"offered_rps", offered},
       {"achieved_rps", achieved},
       {"achieved_ratio", offered > 0 ? achieved / offered : 0},
       {"decisions_per_s", achieved},
-      {"allowed", run.allowed()},
-      {"denied", run.decided() - run.allowed() - run.errors()},
-      {"errors", run.errors()},
+      {"allowed", allowed},
+      {"denied", decided - allowed - errors},
+      {"errors", errors},
       {"by_source",
-       {{"store", run.by_source()[0]}, {"lease", run.by_source()[1]}, {"fallback", run.by_source()[2]}}},
+       {{"store", by_source[0]}, {"lease", by_source[1]}, {"fallback", by_source[2]}}},
       {"warmup_s", o.warmup_s},
-      {"store_ops_per_s", static_cast<double>(run.store_ops()) / run.decided_span_s()},
+      {"store_ops_per_s", static_cast<double>(store_ops) / span_s},
       {"store_ops_per_request",
-       run.issued() ? static_cast<double>(run.store_ops()) / static_cast<double>(run.issued()) : 0},
+       issued ? static_cast<double>(store_ops) / static_cast<double>(issued) : 0},
       {"store_errors", total.store_errors},
       {"deadline_misses", total.deadline_misses},
       {"p50_us", latency.Quantile(0.5)},
@@ -650,7 +764,7 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
         {"capacity", total.fallback_by_class[3]}}},
       {"node_usage", Json::array()},
       {"per_second", Json::array()}};
-  if (!run.first_error().empty()) report["first_error"] = run.first_error();
+  if (!first_error.empty()) report["first_error"] = first_error;
   if (promise.have_worst) {
     report["worst_window"] = {{"policy", promise.worst_policy},
                               {"key", promise.worst_key},
@@ -663,13 +777,14 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
                                     {"cpu_percent", u.cpu_percent ? Json(*u.cpu_percent) : Json()},
                                     {"rss_bytes", u.rss_bytes}});
   }
-  for (const Second& s : run.per_second()) {
+  for (const Second& s : harness.per_second()) {
     report["per_second"].push_back({{"t", s.t},
                                     {"offered", s.offered},
                                     {"decided", s.decided},
                                     {"store_ops", s.store_ops},
                                     {"p99_us", s.p99_us},
                                     {"warm_up", s.warm_up},
+                                    {"loop_lag_us", s.lag_us},
                                     {"fallbacks", s.fallbacks}});
   }
   if (o.vs_redis) {
@@ -703,7 +818,7 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     std::ofstream f(o.report_dir + "/report.md");
     f << md;
     if (!f) return fail("cannot write " + o.report_dir + "/report.md");
-    if (auto e = WriteChart(o.report_dir, run.per_second(),
+    if (auto e = WriteChart(o.report_dir, harness.per_second(),
                             "limiter-bench cluster " + o.scenario + ": throughput and p99")) {
       return fail(*e);
     }

@@ -1,6 +1,6 @@
 // `limiter-bench cluster`: the first seed's workload end to end. G gateways, each a full
-// client (its own local buckets, leases, connections and fallback state), take open-loop
-// arrivals at a constant rate and decide them through the cluster; the harness reports
+// client (its own local buckets, leases, connections and fallback state), spread over a few
+// event-loop threads, take open-loop arrivals at a constant rate and decide them through the cluster; the harness reports
 // throughput, store operations, added latency from each request's intended arrival (no
 // coordinated omission), accuracy against promise I1, fallbacks and node CPU and memory.
 //
@@ -29,6 +29,8 @@ struct ClusterBenchOptions {
   std::vector<std::string> cluster;  // HOST:PORT of running nodes; empty: start local ones
   std::string limiterd;              // empty: DefaultLimiterdPath()
   std::string policies;              // the scenario's policy file (nodes and gateways)
+  // Event-loop threads the gateways are spread over (each runs its share of the arrivals).
+  int loops = 1;
   int64_t deadline_us = 2000;        // each gateway's store-call deadline
   std::string spread = "even";       // how the load balancer spreads requests over gateways
   std::string json_file;             // also write the report as JSON here

@@ -120,6 +120,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000));
   cluster->add_option("--rate", c.rate, "Requests/s (default: the scenario's)")
       ->check(CLI::Range(1.0, 1e8));
+  cluster->add_option("--loops", c.loops, "Event-loop threads the gateways are spread over")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cluster->add_option("--deadline-us", c.deadline_us, "Each gateway's store-call deadline")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{60'000'000}));

@@ -47,7 +47,7 @@ void AsioScheduler::Post(std::function<void()> fn) { asio::post(impl_->io, std::
 
 uint64_t AsioScheduler::After(int64_t delay_us, std::function<void()> fn) {
   const uint64_t id = impl_->next_timer.fetch_add(1, std::memory_order_relaxed);
-  asio::post(impl_->io, [this, id, delay_us, fn = std::move(fn)]() mutable {
+  auto arm = [this, id, delay_us, fn = std::move(fn)]() mutable {
     auto timer = std::make_unique<asio::steady_timer>(impl_->io);
     timer->expires_after(std::chrono::microseconds(delay_us));
     timer->async_wait([this, id, fn = std::move(fn)](const asio::error_code& ec) {
@@ -56,17 +56,29 @@ uint64_t AsioScheduler::After(int64_t delay_us, std::function<void()> fn) {
       fn();
     });
     impl_->timers.emplace(id, std::move(timer));
-  });
+  };
+  // On the I/O thread (most calls: every store call's deadline), arm it now rather than
+  // through one more handler in the queue.
+  if (impl_->io.get_executor().running_in_this_thread()) {
+    arm();
+  } else {
+    asio::post(impl_->io, std::move(arm));
+  }
   return id;
 }
 
 void AsioScheduler::Cancel(uint64_t timer) {
-  asio::post(impl_->io, [this, timer] {
+  auto cancel = [this, timer] {
     auto it = impl_->timers.find(timer);
     if (it == impl_->timers.end()) return;
     it->second->cancel();
     impl_->timers.erase(it);
-  });
+  };
+  if (impl_->io.get_executor().running_in_this_thread()) {
+    cancel();
+  } else {
+    asio::post(impl_->io, std::move(cancel));
+  }
 }
 
 asio::io_context& AsioScheduler::io() { return impl_->io; }

@@ -23,6 +23,9 @@ struct ClientCore::Resolved {
   KeyId id;                  // of (policy, tenant, key): the local bucket
 };
 
+// Local buckets per shard before the first sweep for idle ones (then twice what remained).
+constexpr size_t kFirstSweep = 64;
+
 struct alignas(64) ClientCore::Bucket {  // own cache lines: buckets of other threads' keys
   struct Batch {
     int64_t units;
@@ -105,6 +108,9 @@ struct alignas(64) ClientCore::Bucket {  // own cache lines: buckets of other th
 struct alignas(64) ClientCore::Shard {  // one cache line apart: threads on other shards
   std::mutex mu;
   std::unordered_map<KeyId, Bucket, KeyIdHash> buckets;  // guarded by mu
+  // When buckets reaches this size, idle ones are dropped first (SweepIdle): a gateway
+  // sees keys come and go, and its memory must not grow with every key it ever saw.
+  size_t sweep_at = kFirstSweep;                         // guarded by mu
   uint64_t lease_allowed = 0;                            // guarded by mu
   uint64_t lease_denied = 0;                             // guarded by mu
   uint64_t expired = 0;                                  // guarded by mu
@@ -373,6 +379,10 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   ClientDecision d;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
+    const int64_t now_us = scheduler_.NowUs();
+    if (shard.buckets.size() >= shard.sweep_at && !shard.buckets.contains(r.id)) {
+      SweepIdle(shard, now_us);
+    }
     auto [it, created] = shard.buckets.try_emplace(r.id);
     Bucket& b = it->second;
     if (created) {
@@ -382,7 +392,7 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
       b.lease_size = r.policy->LeaseSize();
       b.watermark = 1;  // raised once the key shows it spends faster than a round trip
     }
-    answered = Spend(shard, b, *r.policy, r.cost, scheduler_.NowUs(), &d, &refill);
+    answered = Spend(shard, b, *r.policy, r.cost, now_us, &d, &refill);
     if (!answered) {
       b.waiters.push_back({r.cost, std::move(done)});
       if (!b.lease_in_flight) {
@@ -397,6 +407,18 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
     return;
   }
   if (start) scheduler_.Post([this, id = r.id] { StartLease(id); });
+}
+
+void ClientCore::SweepIdle(Shard& shard, int64_t now_us) {
+  for (auto it = shard.buckets.begin(); it != shard.buckets.end();) {
+    Bucket& b = it->second;
+    b.Expire(now_us, &shard.expired);
+    // Idle: nothing held, nobody waiting, no lease coming, no back-off to remember.
+    const bool idle = b.units == 0 && b.waiters.empty() && !b.lease_in_flight &&
+                      now_us >= b.next_lease_us;
+    it = idle ? shard.buckets.erase(it) : std::next(it);
+  }
+  shard.sweep_at = std::max(kFirstSweep, 2 * shard.buckets.size());
 }
 
 void ClientCore::StartLease(const KeyId& id, int attempt) {
@@ -820,10 +842,20 @@ void ClientCore::Fallback(const Resolved& r, Done done) {
       }
       {
         std::lock_guard<std::mutex> lock(fallback_mu_);
+        if (local_limits_.size() >= local_sweep_at_) {
+          // Keys whose local limiter is back to fresh carry nothing: drop them, so the
+          // fallback's memory follows the keys in use, not every key ever seen.
+          std::erase_if(local_limits_, [&](const auto& entry) {
+            return entry.second.limiter.IsFresh(*entry.second.rate, now_ms);
+          });
+          local_sweep_at_ = std::max(kFirstSweep, 2 * local_limits_.size());
+        }
         std::vector<KeyLimiter*> limiters;
         d.allowed = true;
         for (const Local& l : locals) {
-          KeyLimiter& limiter = local_limits_.try_emplace(l.id, l.policy->algorithm).first->second;
+          KeyLimiter& limiter =
+              local_limits_.try_emplace(l.id, LocalLimit{KeyLimiter(l.policy->algorithm), l.rate})
+                  .first->second.limiter;
           limiters.push_back(&limiter);
           const ClientDecision peek = [&] {
             const limiter::Decision x = limiter.Peek(*l.rate, now_ms, r.cost);
@@ -1165,10 +1197,15 @@ client::Counters ClientCore::counters() const {
     c.by_source[static_cast<size_t>(Source::kLease)] += shard->lease_allowed;
     c.by_source[static_cast<size_t>(Source::kStore)] += shard->lease_denied;
     c.units_expired += shard->expired;
+    c.local_buckets += shard->buckets.size();
   }
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(health_mu_));
     for (const auto& [address, h] : health_) c.nodes_down += h.down;
+  }
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(fallback_mu_));
+    c.fallback_limiters = local_limits_.size();
   }
   return c;
 }

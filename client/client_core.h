@@ -88,6 +88,8 @@ class ClientCore {
 
   std::optional<std::string> Resolve(const client::Request& r, Resolved& out) const;
   Shard& ShardOf(const KeyId& id) { return *shards_[id.lo % shards_.size()]; }
+  // Drops the shard's idle local buckets. With the shard's mutex held.
+  void SweepIdle(Shard& shard, int64_t now_us);
   bool Spend(Shard& shard, Bucket& b, const Policy& p, int64_t cost, int64_t now_us,
              client::Decision* out, bool* refill);
   // Whether every limit of the chain charges `operation` as much as `policy` does.
@@ -143,7 +145,12 @@ class ClientCore {
   std::unordered_map<KeyId, SplitView, KeyIdHash> splits_;  // guarded by split_mu_
 
   std::mutex fallback_mu_;
-  std::unordered_map<KeyId, KeyLimiter, KeyIdHash> local_limits_;  // guarded by fallback_mu_
+  struct LocalLimit {
+    KeyLimiter limiter;
+    const Rate* rate;  // into contract_fallback_ or a policy's fallback
+  };
+  std::unordered_map<KeyId, LocalLimit, KeyIdHash> local_limits_;  // guarded by fallback_mu_
+  size_t local_sweep_at_ = 64;  // guarded by fallback_mu_: sweep fresh ones at this size
   std::unordered_map<KeyId, Debt, KeyIdHash> debts_;                // guarded by fallback_mu_
   std::vector<std::unique_ptr<Shedder>> shedders_;  // per policy; each has its own mutex
 

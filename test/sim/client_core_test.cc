@@ -276,6 +276,44 @@ TEST(ClientCore, UnspentUnitsLapseAfterTheLeaseTtl) {
   EXPECT_GT(h.client().counters().units_expired, 0u);
 }
 
+TEST(ClientCore, IdleLocalBucketsAreDroppedAsNewKeysCome) {
+  Harness h;
+  // 60,000 keys, each seen once, a millisecond apart: every one leases, and its units lapse
+  // (ttl 500 ms) long before the last key comes.
+  for (int i = 0; i < 60'000; ++i) {
+    h.Decide({"plain", "once-" + std::to_string(i)});
+    h.sched().RunFor(1000);
+  }
+  const client::Counters c = h.client().counters();
+  EXPECT_EQ(c.decisions, 60'000u);
+  // Each of the 256 shards sweeps its idle buckets when it reaches 64 (or twice what it kept
+  // last time); about 500 keys hold units at any time: at most 256 * 64 + 2 * 500 remain.
+  EXPECT_LE(c.local_buckets, 256u * 64 + 1000) << "local buckets grow with every key seen";
+  EXPECT_GT(c.local_buckets, 0u);
+  // A key that is still warm keeps its bucket, and its lease, through the sweeps.
+  EXPECT_TRUE(h.Decide({"plain", "warm"}).allowed);
+  for (int i = 0; i < 5'000; ++i) {
+    h.Decide({"plain", "more-" + std::to_string(i)});
+    if (i % 100 == 0) {
+      EXPECT_EQ(h.Decide({"plain", "warm"}).source, Source::kLease) << i;
+    }
+    h.sched().RunFor(50);
+  }
+}
+
+TEST(ClientCore, FreshFallbackLimitersAreDroppedAsNewKeysCome) {
+  Harness h;
+  h.sim_node().refuses = true;
+  // While the owner is away, 5,000 keys each get one request, a second apart in groups:
+  // their local limiters refill and are dropped as new ones come.
+  for (int i = 0; i < 5'000; ++i) {
+    h.Decide({"plain", "fb-" + std::to_string(i)});
+    if (i % 100 == 99) h.sched().RunFor(2'000'000);
+  }
+  EXPECT_GE(h.client().counters().fallback_by_class[1], 4'000u);
+  EXPECT_LT(h.client().counters().fallback_limiters, 1'000u);
+}
+
 TEST(ClientCore, ReturnedUnitsGoBackToTheOwner) {
   Harness h;
   h.Admitted({"hourly", "r"}, 3);

@@ -111,6 +111,10 @@ struct Counters {
   uint64_t units_expired = 0;
   uint64_t units_returned = 0;
   uint64_t nodes_down = 0;             // nodes marked down right now
+  // Memory: local buckets and fallback limiters held now. Idle ones are dropped as new keys
+  // come, so these follow the keys in use rather than every key ever seen.
+  uint64_t local_buckets = 0;
+  uint64_t fallback_limiters = 0;
 };
 
 class Client {
