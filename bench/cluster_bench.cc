@@ -130,8 +130,10 @@ struct Workload {
 class LoopRun {
  public:
   LoopRun(const Scenario& scenario, const ClusterBenchOptions& o, const Workload& workload,
-      double rate, uint64_t seed, AsioScheduler& scheduler, std::vector<Gateway*> gateways)
+          std::array<int64_t, kKinds> lease_ttl_us, double rate, uint64_t seed,
+          AsioScheduler& scheduler, std::vector<Gateway*> gateways)
       : s_(scenario),
+        lease_ttl_us_(lease_ttl_us),
         o_(o),
         w_(workload),
         rate_(rate),
@@ -279,8 +281,16 @@ class LoopRun {
     }
     // Every admission counts for accuracy, the warm-up's included. Times are on the
     // steady clock every loop shares.
+    // An admission the node decided was charged between the request's arrival and its
+    // decision; one spent from a lease was charged when its units were leased, at most the
+    // lease TTL before the request arrived (DESIGN: leased units were already subtracted at
+    // the store, so the fleet never exceeds the bucket). A fallback admission was charged
+    // nowhere but here.
     if (d.error.empty() && d.allowed) {
-      admissions_[kind][index].push_back({intended_us, now, cost});
+      const int64_t from = d.source == client::Source::kLease
+                               ? intended_us - lease_ttl_us_[kind]
+                               : intended_us;
+      admissions_[kind][index].push_back({from, now, cost});
     }
     MaybeFinish();
   }
@@ -293,6 +303,7 @@ class LoopRun {
   }
 
   const Scenario s_;
+  const std::array<int64_t, kKinds> lease_ttl_us_;
   const ClusterBenchOptions& o_;
   const Workload& w_;
   const double rate_;
@@ -324,6 +335,9 @@ class Harness {
           const std::vector<std::string>& members)
       : s_(s), o_(o), workload_(s) {
     const int loops = std::max(1, std::min(o.loops, s.gateways));
+    std::array<int64_t, kKinds> lease_ttl_us{};
+    lease_ttl_us[kApiKey] = policies.Find("api_key")->lease.ttl_ms * 1000;
+    lease_ttl_us[kLogin] = policies.Find("login")->lease.ttl_ms * 1000;
     for (int l = 0; l < loops; ++l) schedulers_.push_back(std::make_unique<AsioScheduler>());
     ClientCoreOptions core_options;
     core_options.gateways = s.gateways;
@@ -339,7 +353,7 @@ class Harness {
       shares[g % static_cast<size_t>(loops)].push_back(&gateways_[g]);
     }
     for (int l = 0; l < loops; ++l) {
-      runs_.push_back(std::make_unique<LoopRun>(s, o, workload_, s.rate / loops,
+      runs_.push_back(std::make_unique<LoopRun>(s, o, workload_, lease_ttl_us, s.rate / loops,
                                             o.seed * 1000003 + static_cast<uint64_t>(l),
                                             *schedulers_[static_cast<size_t>(l)],
                                             std::move(shares[static_cast<size_t>(l)])));
@@ -347,15 +361,14 @@ class Harness {
   }
 
   ~Harness() {
-    // Connections belong to their loop's thread: close them there, then stop the loops,
-    // before the clients go.
+    // Connections belong to their loop's thread: close them there as its last handler, so
+    // nothing reopens one, before the clients go.
     for (size_t l = 0; l < schedulers_.size(); ++l) {
-      schedulers_[l]->RunAndWait([&] {
+      schedulers_[l]->RunAndStop([&] {
         for (size_t g = l; g < gateways_.size(); g += schedulers_.size()) {
           gateways_[g].transport->CloseAll();
         }
       });
-      schedulers_[l]->Stop();
     }
   }
 
@@ -469,7 +482,8 @@ PromiseResult CheckPromises(Harness& harness, const PolicySet& policies) {
   for (const auto& [kind, name] : kinds) {
     const Policy* p = policies.Find(name);
     if (p == nullptr) continue;
-    const PromiseBound bound{p->rate.limit(), p->rate.window_ms() * 1000, p->rate.burst()};
+    const PromiseBound bound{p->rate.limit(), p->rate.window_ms() * 1000, p->rate.burst(),
+                             /*resolution_us=*/1000};
     std::vector<std::vector<std::vector<Admission>>*> parts;
     for (const auto& run : harness.runs()) parts.push_back(&run->admissions(kind));
     std::vector<Admission> merged;

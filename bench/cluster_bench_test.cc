@@ -63,6 +63,20 @@ TEST(PromiseCheckTest, AnAdmissionMayHaveBeenChargedAnywhereInItsSpan) {
   EXPECT_FALSE(FindWorstWindow(a, kTen).over);
 }
 
+TEST(PromiseCheckTest, TheChargingClocksResolutionIsAllowedForNoMore) {
+  // The burst, then the refill's next unit 99.5 ms later in microseconds: a node deciding in
+  // whole milliseconds may have seen those as 100 ms apart.
+  std::vector<Admission> a(5, At(1000));
+  a.push_back(At(100'500));
+  PromiseBound ms = kTen;
+  ms.resolution_us = 1000;
+  EXPECT_TRUE(FindWorstWindow(a, kTen).over);
+  EXPECT_FALSE(FindWorstWindow(a, ms).over);
+  // 98.5 ms apart is more than the resolution explains.
+  a.back() = At(99'500);
+  EXPECT_TRUE(FindWorstWindow(a, ms).over);
+}
+
 TEST(PromiseCheckTest, FindsTheWorstWindowInsideALongRun) {
   // Well within the rate for a second, then 8 at once: 3 over the burst.
   std::vector<Admission> a;

@@ -18,7 +18,7 @@ WorstWindow FindWorstWindow(std::span<const Admission> admissions, const Promise
   Wide worst = std::numeric_limits<int64_t>::min();
   WorstWindow result;
   for (const Admission& a : admissions) {
-    const Wide head = prefix * w - Wide{bound.limit} * a.start_us;
+    const Wide head = prefix * w - Wide{bound.limit} * (a.start_us - bound.resolution_us);
     if (head < min_head) {
       min_head = head;
       min_head_prefix = prefix;
@@ -29,7 +29,7 @@ WorstWindow FindWorstWindow(std::span<const Admission> admissions, const Promise
     if (score > worst) {
       worst = score;
       result.admitted = static_cast<int64_t>(prefix - min_head_prefix);
-      result.interval_us = a.end_us - min_head_start;
+      result.interval_us = a.end_us - min_head_start + bound.resolution_us;
     }
   }
   result.over = !admissions.empty() && worst > Wide{bound.burst} * w;

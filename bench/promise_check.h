@@ -22,6 +22,9 @@ struct PromiseBound {
   int64_t limit = 1;      // L
   int64_t window_us = 1;  // W
   int64_t burst = 1;      // B
+  // The resolution of the clock that charged: a node decides in whole milliseconds, so two
+  // charges it placed t ms apart may be up to 1 ms less apart in microseconds.
+  int64_t resolution_us = 0;
 };
 
 // The interval of a key's admissions that comes closest to (or goes furthest over) the bound.

@@ -83,6 +83,16 @@ void AsioScheduler::Cancel(uint64_t timer) {
 
 asio::io_context& AsioScheduler::io() { return impl_->io; }
 
+void AsioScheduler::RunAndStop(std::function<void()> fn) {
+  if (!impl_->thread.joinable()) return;  // stopped already
+  asio::post(impl_->io, [this, fn = std::move(fn)] {
+    fn();
+    impl_->io.stop();  // run() returns after this handler; the queue is never run again
+  });
+  impl_->thread.join();
+  impl_->guard.reset();
+}
+
 void AsioScheduler::RunAndWait(std::function<void()> fn) {
   std::promise<void> done;
   asio::post(impl_->io, [&] {

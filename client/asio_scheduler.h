@@ -27,8 +27,11 @@ class AsioScheduler final : public Scheduler {
   void Cancel(uint64_t timer) override;
 
   asio::io_context& io();
-  // Runs fn on the thread and waits for it; for shutdown work.
+  // Runs fn on the thread and waits for it.
   void RunAndWait(std::function<void()> fn);
+  // Runs fn on the thread as the last thing it does, then stops it (as Stop): no handler
+  // runs after fn, so whatever fn shut down stays shut. For shutdown work.
+  void RunAndStop(std::function<void()> fn);
 
  private:
   struct Impl;

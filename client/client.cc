@@ -44,10 +44,10 @@ class RealClient final : public Client {
     cv_.notify_all();
     if (resolver_.joinable()) resolver_.join();
     ReturnLeases();
-    // Connections belong to the I/O thread: close them there, then stop it, so that the
-    // members destroyed next never race with a handler.
-    scheduler_.RunAndWait([this] { transport_.CloseAll(); });
-    scheduler_.Stop();
+    // Connections belong to the I/O thread: close them there as its last handler, so that
+    // nothing reopens one (a probe, a retry) and the members destroyed next never race with
+    // a handler.
+    scheduler_.RunAndStop([this] { transport_.CloseAll(); });
   }
 
   Decision Decide(const Request& request) override { return core_.Decide(request); }

@@ -1081,7 +1081,8 @@ void ClientCore::MarkDown(const std::string& address) {
     h.down = true;
     h.backoff_us = options_.probe_first_us;
   }
-  transport_.Disconnect(address);
+  // The connection stays: a node that is slow for a moment answers the probe on it, with no
+  // reconnection and no in-flight op failed. A probe that gets no answer replaces it.
   scheduler_.After(options_.probe_first_us, [this, address] { Probe(address); });
 }
 
@@ -1103,7 +1104,13 @@ void ClientCore::Probe(const std::string& address) {
     }
     scheduler_.After(wait, [this, address] { Probe(address); });
   };
-  const uint64_t timer = scheduler_.After(options_.deadline_us * 10, retry);
+  // No answer at all: the connection may be wedged (a peer gone without a reset); the next
+  // probe goes over a new one.
+  const uint64_t timer = scheduler_.After(options_.deadline_us * 10, [this, address, finished, retry] {
+    if (*finished) return;
+    transport_.Disconnect(address);
+    retry();
+  });
   transport_.Send(address, op, [this, address, finished, timer, retry](CallResult result) {
     if (*finished) return;
     if (result.status != CallStatus::kOk) {

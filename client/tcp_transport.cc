@@ -39,6 +39,22 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     }
   }
 
+  // Closes the connection and drops its calls without calling them back: for a transport
+  // being destroyed, whose callers may be gone already.
+  void Abandon() {
+    asio::error_code ignored;
+    socket_.close(ignored);
+    resolver_.cancel();
+    state_ = State::kClosed;
+    in_flight_.clear();
+    batch_.clear();
+    builder_.Clear();
+    out_.clear();
+    pending_out_.clear();
+    in_.Clear();
+    writing_ = false;
+  }
+
   void Close(const std::string& why) {
     asio::error_code ignored;
     socket_.close(ignored);
@@ -205,7 +221,11 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
 
 TcpTransport::TcpTransport(asio::io_context& io) : io_(io) {}
 
-TcpTransport::~TcpTransport() { CloseAll(); }
+TcpTransport::~TcpTransport() {
+  // Callers shut the I/O down first (CloseAll on its thread, then stop it); whatever is left
+  // is dropped without callbacks, which could reach objects already destroyed.
+  for (auto& [address, link] : links_) link->Abandon();
+}
 
 void TcpTransport::CloseAll() {
   auto links = std::move(links_);
@@ -224,7 +244,7 @@ void TcpTransport::Disconnect(const std::string& address) {
   if (it == links_.end()) return;
   auto link = std::move(it->second);
   links_.erase(it);
-  link->Close("disconnected: " + address + " is marked down");
+  link->Close("disconnected: " + address + " did not answer a probe");
 }
 
 }  // namespace limiter

@@ -18,6 +18,8 @@ namespace limiter {
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(asio::io_context& io);
+  // Drops what is left without calling back: close everything first (CloseAll, on the I/O
+  // thread), and stop the I/O thread before destroying.
   ~TcpTransport() override;
 
   void Send(const std::string& address, OpSpec op, Callback done) override;

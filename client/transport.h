@@ -78,7 +78,8 @@ class Transport {
   // kConnection. The transport does not time out; the caller keeps the deadline and ignores
   // answers that come too late.
   virtual void Send(const std::string& address, OpSpec op, Callback done) = 0;
-  // Drops the connection to a node (marked down): its calls end with kConnection.
+  // Drops the connection to a node (one that left a probe unanswered: the connection may be
+  // wedged); its calls end with kConnection, and the next Send opens a new one.
   virtual void Disconnect(const std::string& address) = 0;
 };
 

@@ -195,6 +195,26 @@ TEST_F(Cluster, AsyncDecideCompletesOnTheGivenAsioExecutor) {
   EXPECT_EQ(ran_on, std::this_thread::get_id());  // the thread running io
 }
 
+// A client torn down while it probes a node that is not there (connections being opened and
+// refused, probes and their timers pending) stops cleanly: nothing calls back into it after
+// it is gone (the sanitizer builds would catch a use after free).
+TEST(ClientTeardown, DestroyingTheClientWhileItProbesIsClean) {
+  client::Options o;
+  o.policy_file = testing::WriteTempFile("teardown_policies.yaml", kPolicies);
+  o.members = {"127.0.0.1:" + std::to_string(testing::PickFreePort())};  // nobody listens
+  for (int i = 0; i < 12; ++i) {
+    std::string error;
+    auto c = client::Client::Create(o, &error);
+    ASSERT_NE(c, nullptr) << error;
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(c->Decide({"api", "k" + std::to_string(k)}).source, Source::kFallback);
+    }
+    // Around the first probe (100 ms after the node was marked down), at varying offsets.
+    std::this_thread::sleep_for(std::chrono::milliseconds(80 + 5 * i));
+    c.reset();
+  }
+}
+
 TEST(ClientOptions, BadOptionsAreOneClearError) {
   std::string error;
   client::Options o;

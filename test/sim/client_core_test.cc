@@ -194,6 +194,29 @@ TEST(ClientCore, ASilentNodeMissesDeadlinesThenIsMarkedDownAndProbedBack) {
   EXPECT_EQ(d.source, Source::kStore);
 }
 
+TEST(ClientCore, ASlowNodeIsMarkedDownButKeepsItsConnection) {
+  Harness h;
+  // Slower than the deadline (2 ms) for a while, but answering: three misses mark it down.
+  h.sim_node().latency_us = 1500;  // each way
+  for (const char* who : {"a", "b", "c"}) h.Decide({"login", who});
+  EXPECT_EQ(h.client().counters().nodes_down, 1u);
+  // Its probe is answered (late, but within its own longer wait): it is back, over the same
+  // connection.
+  h.sched().RunFor(200'000);
+  EXPECT_EQ(h.client().counters().nodes_down, 0u);
+  EXPECT_EQ(h.transport().disconnects("n0:1"), 0u);
+}
+
+TEST(ClientCore, AProbeWithoutAnswerReplacesTheConnection) {
+  Harness h;
+  h.sim_node().silent = true;
+  for (const char* who : {"a", "b", "c"}) h.Decide({"login", who});
+  EXPECT_EQ(h.client().counters().nodes_down, 1u);
+  EXPECT_EQ(h.transport().disconnects("n0:1"), 0u);  // marked down: the connection stays
+  h.sched().RunFor(150'000);  // the first probe (after 100 ms) waits 20 ms for nothing
+  EXPECT_EQ(h.transport().disconnects("n0:1"), 1u);
+}
+
 TEST(ClientCore, SecurityFallbackIsTheStrictLocalLimitOrDeny) {
   Harness h;
   h.sim_node().refuses = true;

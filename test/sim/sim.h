@@ -135,7 +135,11 @@ class SimTransport final : public Transport {
       s_.After(n->latency_us, [done, result = std::move(result)] { done(result); });
     });
   }
-  void Disconnect(const std::string&) override {}
+  void Disconnect(const std::string& address) override { ++disconnects_[address]; }
+  uint64_t disconnects(const std::string& address) const {
+    auto it = disconnects_.find(address);
+    return it == disconnects_.end() ? 0 : it->second;
+  }
 
  private:
   SimScheduler& s_;
@@ -144,6 +148,7 @@ class SimTransport final : public Transport {
   uint64_t by_kind_[6] = {};  // by OpKind
   std::map<std::string, uint64_t> by_policy_;
   std::map<std::string, uint64_t> sub_bucket_ops_;
+  std::map<std::string, uint64_t> disconnects_;
 };
 
 }  // namespace limiter::sim
