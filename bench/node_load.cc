@@ -274,23 +274,6 @@ Result<LocalNode> StartNode(const LocalNodeOptions& options, const std::string& 
   return node;
 }
 
-// A port free on 127.0.0.1 a moment ago; 0 when none could be had.
-int PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 }  // namespace
 
 Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {

@@ -56,22 +56,12 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
   }
 
   void Close(const std::string& why) {
-    asio::error_code ignored;
-    socket_.close(ignored);
-    resolver_.cancel();
-    state_ = State::kClosed;
     std::vector<Pending> failed;
     for (Frame& f : in_flight_) {
       for (Pending& p : f) failed.push_back(std::move(p));
     }
-    in_flight_.clear();
     for (Pending& p : batch_) failed.push_back(std::move(p));
-    batch_.clear();
-    builder_.Clear();
-    out_.clear();
-    pending_out_.clear();
-    in_.Clear();
-    writing_ = false;
+    Abandon();
     for (Pending& p : failed) p.done(CallResult{CallStatus::kConnection, why, {}});
   }
 

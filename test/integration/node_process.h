@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/subprocess.h"
@@ -63,21 +61,7 @@ inline RunningNode StartNode(std::vector<std::string> args) {
 
 // A port free on 127.0.0.1 a moment ago, for a cluster whose members must be named before
 // they start (port 0 cannot be: every node needs every address).
-inline int PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+using limiter::PickFreePort;
 
 // Starts a node of a cluster on a given address.
 inline RunningNode StartMember(const std::string& self, const std::string& members,
