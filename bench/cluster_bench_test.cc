@@ -6,11 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "bench/cluster_bench.h"
+#include "bench/node_load.h"
 #include "bench/promise_check.h"
 
 namespace limiter::bench {
@@ -87,6 +90,34 @@ TEST(PromiseCheckTest, FindsTheWorstWindowInsideALongRun) {
   EXPECT_EQ(w.admitted, 8);
   EXPECT_EQ(w.interval_us, 0);
   EXPECT_DOUBLE_EQ(w.allowed, 5);
+}
+
+TEST(CpuBudgetTest, LimitsAProcessAndCleansUp) {
+  EXPECT_FALSE(CpuBudget::Apply(1, 0).ok());  // a budget must be positive
+  if (::access("/sys/fs/cgroup/cpu", W_OK) != 0) GTEST_SKIP() << "no writable cgroup v1 'cpu'";
+  Result<std::unique_ptr<Subprocess>> sleeper = Subprocess::Start({"/bin/sleep", "30"});
+  ASSERT_TRUE(sleeper.ok()) << sleeper.error();
+  const int pid = (*sleeper)->pid();
+  auto cgroup_of = [pid] {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cgroup");
+    std::string all, line;
+    while (std::getline(f, line)) all += line + "\n";
+    return all;
+  };
+  std::string dir;
+  {
+    Result<std::unique_ptr<CpuBudget>> budget = CpuBudget::Apply(pid, 0.25);
+    ASSERT_TRUE(budget.ok()) << budget.error();
+    dir = "/sys/fs/cgroup/cpu/limiter-bench-" + std::to_string(::getpid()) + "-" +
+          std::to_string(pid);
+    EXPECT_NE(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
+    std::ifstream quota(dir + "/cpu.cfs_quota_us");
+    int64_t q = 0;
+    quota >> q;
+    EXPECT_GT(q, 0);
+  }
+  EXPECT_EQ(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 class ClusterSmokeTest : public ::testing::TestWithParam<const char*> {};

@@ -185,6 +185,7 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
   node.policies = o.policies;
   node.threads = o.node_threads;
   node.pin = o.pin;
+  node.cpu_budget = o.node_cpu;
   node.extra_args = {"--hot-split-above", split ? std::to_string(o.split_above) : "0"};
   if (split) {
     node.extra_args.push_back("--hot-split");
@@ -305,6 +306,7 @@ int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream&
                           {"keys", o.keys},
                           {"hot_ratio", o.hot_ratio},
                           {"split_k", o.split_k},
+                          {"node_cpu", o.node_cpu},
                           {"unsplit", ToJson(*before)},
                           {"split", ToJson(*after)},
                           {"speedup", ratio}}
@@ -314,10 +316,11 @@ int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream&
   }
   char line[256];
   std::snprintf(line, sizeof(line),
-                "%d nodes (%d thread%s each), %d keys, one at %gx the others' rate, %d checks a "
-                "frame, %d load threads, %g s each run\n\n",
-                o.nodes, o.node_threads, o.node_threads == 1 ? "" : "s", o.keys, o.hot_ratio,
-                o.batch, o.connections, o.duration_s);
+                "%d nodes (%d thread%s each%s), %d keys, one at %gx the others' rate, %d checks "
+                "a frame, %d load threads, %g s each run\n\n",
+                o.nodes, o.node_threads, o.node_threads == 1 ? "" : "s",
+                o.node_cpu > 0 ? (", " + std::to_string(o.node_cpu).substr(0, 4) + " CPU budget").c_str() : "",
+                o.keys, o.hot_ratio, o.batch, o.connections, o.duration_s);
   out << line;
   out << "run             checks/s  hot checks/s   share of checks by node\n";
   PrintRow(out, "unsplit", *before);

@@ -28,6 +28,7 @@ struct HotKeyBenchOptions {
   int split_k = 8;
   int64_t split_above = 20'000;  // ops/s of one key on one node that split it
   bool pin = false;  // each node on a CPU of its own (taskset)
+  double node_cpu = 0;  // > 0: each node limited to this many CPUs (a cgroup quota)
   uint64_t seed = 1;
   bool json = false;
 };

@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   hot->add_flag("--pin", h.pin, "Run node i on CPU i modulo the CPU count (taskset)");
+  hot->add_option("--node-cpu", h.node_cpu,
+                  "Limit each node to this many CPUs (a cgroup v1 CPU quota; needs root)")
+      ->check(CLI::Range(0.01, 64.0));
   hot->add_option("--seed", h.seed, "Seed of the key draws")->capture_default_str();
   hot->add_flag("--json", h.json, "One JSON object instead of the table");
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -276,6 +277,46 @@ Result<LocalNode> StartNode(const LocalNodeOptions& options, const std::string& 
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kCpuCgroupRoot = "/sys/fs/cgroup/cpu";
+constexpr int64_t kCfsPeriodUs = 5'000;  // short: a throttled node pauses briefly, often
+
+std::optional<std::string> WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  f.flush();
+  if (!f) return "cannot write " + path + ": " + std::strerror(errno);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CpuBudget>> CpuBudget::Apply(int pid, double cores) {
+  if (!(cores > 0)) return Error{"a CPU budget must be positive"};
+  const std::string dir =
+      std::string(kCpuCgroupRoot) + "/limiter-bench-" + std::to_string(::getpid()) + "-" +
+      std::to_string(pid);
+  std::error_code ec;
+  if (!std::filesystem::create_directory(dir, ec) || ec) {
+    return Error{"cannot create the cgroup " + dir + " (needs root and cgroup v1 'cpu'): " +
+                 (ec ? ec.message() : "it exists")};
+  }
+  std::unique_ptr<CpuBudget> budget(new CpuBudget(dir, pid));
+  const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(cores * kCfsPeriodUs));
+  if (auto e = WriteText(dir + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs))) return Error{*e};
+  if (auto e = WriteText(dir + "/cpu.cfs_quota_us", std::to_string(quota))) return Error{*e};
+  if (auto e = WriteText(dir + "/cgroup.procs", std::to_string(pid))) return Error{*e};
+  return budget;
+}
+
+CpuBudget::~CpuBudget() {
+  // A group with a process in it cannot be removed: hand the process back to the root first.
+  WriteText(std::string(kCpuCgroupRoot) + "/cgroup.procs", std::to_string(pid_));
+  std::error_code ignored;
+  std::filesystem::remove(dir_, ignored);
+}
+
 Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
   return StartNode(options, "127.0.0.1:0", {});
 }
@@ -301,6 +342,12 @@ Result<std::vector<LocalNode>> StartLocalCluster(int nodes, const LocalNodeOptio
       if (!node) {
         last_error = node.error();
         break;
+      }
+      if (options.cpu_budget > 0) {
+        Result<std::unique_ptr<CpuBudget>> budget =
+            CpuBudget::Apply(node->process->pid(), options.cpu_budget);
+        if (!budget) return Error{budget.error()};
+        node->budget = std::move(budget).value();
       }
       started.push_back(std::move(node).value());
     }

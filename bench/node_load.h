@@ -62,10 +62,29 @@ struct NodeStats {
 Result<NodeStats> ReadNodeStats(NodeConnection& connection);
 
 // A limiterd this process started; stopped (SIGTERM) when destroyed.
+// A CPU budget for one process: a cgroup (v1 `cpu` controller) with a CFS quota of
+// `cores` CPUs. Emulates a node with cores of its own on a machine that has few: each node
+// gets the same budget, the load generator the rest. Removed (after moving the process back
+// to the root group, if it still runs) when destroyed. Needs root and a writable
+// /sys/fs/cgroup/cpu. Not thread-safe.
+class CpuBudget {
+ public:
+  static Result<std::unique_ptr<CpuBudget>> Apply(int pid, double cores);
+  ~CpuBudget();
+  CpuBudget(const CpuBudget&) = delete;
+  CpuBudget& operator=(const CpuBudget&) = delete;
+
+ private:
+  CpuBudget(std::string dir, int pid) : dir_(std::move(dir)), pid_(pid) {}
+  std::string dir_;
+  int pid_;
+};
+
 struct LocalNode {
   std::unique_ptr<Subprocess> process;
   std::string address;  // HOST:PORT for clients
   std::string banner;   // the line it printed on start
+  std::unique_ptr<CpuBudget> budget;  // destroyed first: the process is still there to move
 };
 
 struct LocalNodeOptions {
@@ -74,6 +93,7 @@ struct LocalNodeOptions {
   int64_t max_keys = 0;
   int threads = 0;  // 0: limiterd's default
   std::vector<std::string> extra_args;  // more limiterd flags
+  double cpu_budget = 0;  // > 0: each node limited to this many CPUs (CpuBudget)
   // StartLocalCluster: run node i on CPU i modulo the CPU count (with taskset), so each node
   // has a core of its own where the machine has enough of them.
   bool pin = false;
