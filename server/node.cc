@@ -50,6 +50,13 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   for (const Policy& p : policies.policies()) {
     if (p.parent_index >= 0) parents_[static_cast<size_t>(p.parent_index)] = true;
   }
+  sub_rates_.resize(policies.policies().size());
+  for (size_t i = 0; i < policies.policies().size(); ++i) {
+    if (!Splittable(static_cast<int>(i))) continue;
+    for (int index = 0; index < options_.hot.split_k; ++index) {
+      sub_rates_[i].push_back(*SubRate(policies.policies()[i], options_.hot.split_k, index));
+    }
+  }
   // Epochs name a split's sub-buckets, which must start drained: begin from the clock, so a
   // restarted node does not reuse the epochs of its previous life.
   split_epoch_.store(static_cast<uint32_t>(clock.NowMs()));
@@ -371,8 +378,12 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single,
     std::string_view routing = nested && !tenant.empty() ? tenant : key;
     if (split_k != 0) {
       const Policy& p = policies_.policies()[static_cast<size_t>(it->second)];
-      const std::optional<Rate> share = SubRate(p, split_k, split_index);
-      if (!Splittable(it->second) || !share) {
+      const std::vector<Rate>& cached = sub_rates_[static_cast<size_t>(it->second)];
+      const std::optional<Rate> share =
+          split_k == options_.hot.split_k && split_index < cached.size()
+              ? std::optional<Rate>(cached[split_index])
+              : SubRate(p, split_k, split_index);
+      if (cached.empty() || !share) {  // empty: the policy cannot split
         r.Fail(wire::Status::BadRequest, where() + ": policy '" + p.name +
                                              "' cannot be split " + std::to_string(split_k) +
                                              " ways");

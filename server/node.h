@@ -155,6 +155,9 @@ class Node {
   std::atomic<std::shared_ptr<const Ring>> ring_;
   const int64_t started_ms_;
   std::vector<bool> parents_;  // per policy: some policy nests under it
+  // Per policy, the sub-buckets' rates at the configured split k (SubRate); empty when the
+  // policy cannot split. Computed once: every op on a split key needs its share.
+  std::vector<std::vector<Rate>> sub_rates_;
   std::atomic<uint32_t> split_epoch_{0};
 
   mutable std::mutex hot_mu_;
