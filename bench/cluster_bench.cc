@@ -164,18 +164,18 @@ class LoopRun {
   void AddLatencyTo(Histogram::Snapshot& s) const { all_latency_.AddTo(s); }
   // The longest the arrival loop was late since the last call.
   int64_t TakeLag() { return lag_us_.exchange(0, std::memory_order_relaxed); }
-  uint64_t StoreOps() const {
-    uint64_t ops = 0;
-    for (const Gateway* g : gateways_) ops += g->core->counters().store_calls;
-    return ops;
-  }
-  uint64_t Fallbacks() const {
-    uint64_t n = 0;
+  // Store ops and fallback decisions so far, over this loop's gateways (one counters()
+  // read each: it takes every shard's lock).
+  std::pair<uint64_t, uint64_t> StoreOpsAndFallbacks() const {
+    uint64_t ops = 0, fallbacks = 0;
     for (const Gateway* g : gateways_) {
-      n += g->core->counters().by_source[static_cast<size_t>(client::Source::kFallback)];
+      const client::Counters c = g->core->counters();
+      ops += c.store_calls;
+      fallbacks += c.by_source[static_cast<size_t>(client::Source::kFallback)];
     }
-    return n;
+    return {ops, fallbacks};
   }
+  uint64_t StoreOps() const { return StoreOpsAndFallbacks().first; }
 
   // --- Read after the future is ready ---
   // From the end of the warm-up to the last decision.
@@ -401,8 +401,9 @@ class Harness {
       for (auto& r : runs_) {
         offered += r->offered_so_far();
         decided += r->decided_so_far();
-        ops += r->StoreOps();
-        fallbacks += r->Fallbacks();
+        const auto [run_ops, run_fallbacks] = r->StoreOpsAndFallbacks();
+        ops += run_ops;
+        fallbacks += run_fallbacks;
         r->AddLatencyTo(latency);
         s.lag_us = std::max(s.lag_us, r->TakeLag());
       }

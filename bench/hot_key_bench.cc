@@ -36,6 +36,7 @@ struct SplitView {
   Clock::time_point renew_at;
   uint32_t next = 0;   // the sub-bucket of the next op
   int64_t unreported = 0;
+  std::vector<size_t> owners;  // of each sub-bucket ("key#i"), found once per k
 };
 
 // What one load thread counted while measuring.
@@ -94,7 +95,7 @@ class LoadThread {
       size_t node;
       if (view.k != 0 && now < view.valid_until) {
         const uint16_t index = static_cast<uint16_t>(view.next++ % view.k);
-        node = ring_.OwnerIndex(names_[static_cast<size_t>(key)] + "#" + std::to_string(index));
+        node = view.owners[index];
         builders_[node]->OnSubBucket(view.k, index, view.epoch);
         ++view.unreported;
       } else {
@@ -126,7 +127,7 @@ class LoadThread {
           ++counts_.by_node[n];
           if (key == 0) ++counts_.hot_checks;
         } else if (op.status() == wire::Status::Split) {
-          Learn(views_[static_cast<size_t>(key)], op, now);
+          Learn(views_[static_cast<size_t>(key)], key, op, now);
           if (counting) ++counts_.redirects;
         } else if (counting) {
           if (counts_.errors++ == 0) {
@@ -143,7 +144,14 @@ class LoadThread {
   const ThreadCounts& counts() const { return counts_; }
 
  private:
-  static void Learn(SplitView& view, const wire::OpReply& op, Clock::time_point now) {
+  void Learn(SplitView& view, int key, const wire::OpReply& op, Clock::time_point now) {
+    if (op.split_k() != view.owners.size()) {
+      view.owners.clear();
+      for (uint16_t i = 0; i < op.split_k(); ++i) {
+        view.owners.push_back(
+            ring_.OwnerIndex(names_[static_cast<size_t>(key)] + "#" + std::to_string(i)));
+      }
+    }
     view.k = op.split_k();
     view.epoch = op.split_epoch();
     view.valid_until = now + std::chrono::milliseconds(op.split_valid_ms());
@@ -163,7 +171,7 @@ class LoadThread {
       if (connections_[owner]->Send(b.Finish())) continue;  // the round reports the failure
       Result<const wire::Reply*> reply = connections_[owner]->Receive();
       if (!reply || !(*reply)->ops() || (*reply)->ops()->size() != 1) continue;
-      Learn(view, *(*reply)->ops()->Get(0), now);
+      Learn(view, static_cast<int>(key), *(*reply)->ops()->Get(0), now);
     }
   }
 

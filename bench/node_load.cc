@@ -1,16 +1,11 @@
 #include "bench/node_load.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -34,61 +29,6 @@ std::string Describe(const wire::OpReply& op) {
 }
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-bool SplitAddress(const std::string& address, std::string& host, std::string& port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  host = address.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  port = address.substr(colon + 1);
-  return true;
-}
-
-// A connected TCP socket to "host:port", blocking, with TCP_NODELAY and read and write
-// timeouts of `timeout_ms`.
-Result<int> ConnectTcp(const std::string& address, int timeout_ms) {
-  std::string host, port;
-  if (!SplitAddress(address, host, port)) {
-    return Error{"expected HOST:PORT, got '" + address + "'"};
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return Error{address + ": " + ::gai_strerror(rc)};
-  }
-  std::string last_error = address + ": no address";
-  int connected = -1;
-  for (addrinfo* ai = found; ai != nullptr && connected < 0; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc < 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int err = ::poll(&p, 1, timeout_ms) == 1 ? 0 : ETIMEDOUT;
-      socklen_t len = sizeof(err);
-      if (err == 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      errno = err;
-      rc = err == 0 ? 0 : -1;
-    }
-    if (rc < 0) {
-      last_error = Errno("connect to " + address);
-      ::close(fd);
-      continue;
-    }
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    const timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    connected = fd;
-  }
-  ::freeaddrinfo(found);
-  if (connected < 0) return Error{last_error};
-  return connected;
-}
 
 }  // namespace
 

@@ -455,6 +455,15 @@ void ClientCore::StartLease(const KeyId& id, int attempt) {
   });
 }
 
+std::optional<std::pair<const Policy*, std::string>> ClientCore::BucketKey(const KeyId& id) {
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return std::nullopt;
+  return std::make_pair(&policies_.policies()[static_cast<size_t>(it->second.policy)],
+                        it->second.key);
+}
+
 void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub,
                          CallResult result) {
   const OpAnswer& answer = result.answer;
@@ -467,16 +476,9 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket
     if (answer.status == OpAnswer::Status::kSplit && attempt < 2) {
       // The key got hot and was split: lease from one of its sub-buckets instead.
       counters_.split_redirects.fetch_add(1, std::memory_order_relaxed);
-      std::string policy, key;
-      {
-        Shard& shard = ShardOf(id);
-        std::lock_guard<std::mutex> lock(shard.mu);
-        auto it = shard.buckets.find(id);
-        if (it == shard.buckets.end()) return;
-        policy = policies_.policies()[static_cast<size_t>(it->second.policy)].name;
-        key = it->second.key;
-      }
-      LearnSplit(*policies_.Find(policy), key, answer);
+      const std::optional<std::pair<const Policy*, std::string>> bucket = BucketKey(id);
+      if (!bucket) return;
+      LearnSplit(*bucket->first, bucket->second, answer);
       if (answer.split_valid_ms > 0) {
         StartLease(id, attempt + 1);
         return;
@@ -484,16 +486,9 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket
     }
     if (answer.status == OpAnswer::Status::kOk && answer.granted == 0 && sub.k != 0 &&
         attempt == 0) {
-      std::string policy, key;
-      {
-        Shard& shard = ShardOf(id);
-        std::lock_guard<std::mutex> lock(shard.mu);
-        auto it = shard.buckets.find(id);
-        if (it == shard.buckets.end()) return;
-        policy = policies_.policies()[static_cast<size_t>(it->second.policy)].name;
-        key = it->second.key;
-      }
-      if (TryOtherSubBucket(*policies_.Find(policy), key)) {
+      const std::optional<std::pair<const Policy*, std::string>> bucket = BucketKey(id);
+      if (!bucket) return;
+      if (TryOtherSubBucket(*bucket->first, bucket->second)) {
         StartLease(id, 1);  // one sub-bucket is empty: try one other before denying
         return;
       }

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "client/scheduler.h"
@@ -96,6 +97,8 @@ class ClientCore {
   bool SameCostAlongChain(const Policy& policy, std::string_view operation, int64_t cost) const;
   void StartLease(const KeyId& id, int attempt = 0);
   void OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub, CallResult result);
+  // The policy and key of a local bucket, or nullopt when it is gone.
+  std::optional<std::pair<const Policy*, std::string>> BucketKey(const KeyId& id);
   // Hot keys: a key its owner has split. PickSplit chooses the sub-bucket for the next op
   // (in turn) and counts it, or nullopt when the key is not (known to be) split.
   std::optional<SubBucket> PickSplit(const Policy& p, std::string_view key);

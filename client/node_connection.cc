@@ -48,8 +48,7 @@ bool SplitAddress(const std::string& address, std::string& host, std::string& po
 NodeConnection::NodeConnection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NodeConnection::~NodeConnection() = default;
 
-Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::string& address,
-                                                                int timeout_ms) {
+Result<int> ConnectTcp(const std::string& address, int timeout_ms) {
   std::string host, port;
   if (!SplitAddress(address, host, port)) {
     return Error{"expected HOST:PORT, got '" + address + "'"};
@@ -62,21 +61,18 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
     return Error{address + ": " + ::gai_strerror(rc)};
   }
   std::string last_error = address + ": no address";
-  auto impl = std::make_unique<Impl>();
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+  int connected = -1;
+  for (addrinfo* ai = found; ai != nullptr && connected < 0; ai = ai->ai_next) {
     const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc < 0 && errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
-      rc = ::poll(&p, 1, timeout_ms) == 1 ? 0 : -1;
-      int err = rc == 0 ? 0 : ETIMEDOUT;
+      int err = ::poll(&p, 1, timeout_ms) == 1 ? 0 : ETIMEDOUT;
       socklen_t len = sizeof(err);
-      if (rc == 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        errno = err;
-        rc = -1;
-      }
+      if (err == 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      errno = err;
+      rc = err == 0 ? 0 : -1;
     }
     if (rc < 0) {
       last_error = Errno("connect to " + address);
@@ -86,14 +82,22 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    const timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    impl->fd = fd;
-    break;
+    connected = fd;
   }
   ::freeaddrinfo(found);
-  if (impl->fd < 0) return Error{last_error};
+  if (connected < 0) return Error{last_error};
+  return connected;
+}
+
+Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::string& address,
+                                                                int timeout_ms) {
+  Result<int> fd = ConnectTcp(address, timeout_ms);
+  if (!fd) return Error{fd.error()};
+  auto impl = std::make_unique<Impl>();
+  impl->fd = *fd;
   return std::unique_ptr<NodeConnection>(new NodeConnection(std::move(impl)));
 }
 

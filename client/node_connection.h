@@ -18,6 +18,10 @@ namespace wire {
 struct Reply;
 }
 
+// A connected TCP socket (the descriptor, owned by the caller) to "host:port": blocking,
+// with TCP_NODELAY, and `timeout_ms` bounding the connect and each later read and write.
+Result<int> ConnectTcp(const std::string& address, int timeout_ms);
+
 class NodeConnection {
  public:
   // "host:port"; timeout_ms bounds the connect and every later read and write.

@@ -50,6 +50,18 @@ void Node::Record(Worker& w, bool denied) {
   }
 }
 
+std::optional<int64_t> Node::HandOutView(int policy, const KeyId& id, Store::Split& split,
+                                         int64_t now) {
+  if (split.merging && now >= split.valid_until_ms + kReopenMarginMs) {
+    Drain(policy, id, now);  // reopen now: every client's view has lapsed
+    store_.EraseSplit(id);
+    return std::nullopt;
+  }
+  if (split.merging) return std::max<int64_t>(0, split.valid_until_ms - now);
+  split.valid_until_ms = std::max(split.valid_until_ms, now + options_.hot.split_valid_ms);
+  return options_.hot.split_valid_ms;
+}
+
 bool Node::RedirectToSplit(Worker& w, int64_t now, OpResult& r) {
   if (!store_.has_splits()) return false;
   for (size_t i = 0; i < w.own_limits; ++i) {
@@ -57,16 +69,9 @@ bool Node::RedirectToSplit(Worker& w, int64_t now, OpResult& r) {
     if (e.split_k != 0) continue;
     Store::Split* split = store_.FindSplit(e.id);
     if (split == nullptr) continue;
-    if (split->merging && now >= split->valid_until_ms + kReopenMarginMs) {
-      Drain(e.policy, e.id, now);  // reopen now: every client's view has lapsed
-      store_.EraseSplit(e.id);
-      continue;
-    }
-    int64_t valid = std::max<int64_t>(0, split->valid_until_ms - now);
-    if (!split->merging) {
-      valid = options_.hot.split_valid_ms;
-      split->valid_until_ms = std::max(split->valid_until_ms, now + valid);
-    }
+    const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
+    if (!view) continue;  // reopened
+    const int64_t valid = *view;
     r.status = wire::Status::Split;
     r.error = "limits[" + std::to_string(i) + "]: the key is split " + std::to_string(split->k) +
               " ways; use its sub-buckets";
@@ -88,20 +93,11 @@ void Node::SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r) {
   Store::Split* split = store_.FindSplit(e.id);
   if (split == nullptr) return;  // not split (any more): split_k 0
   split->reported_ops += reported;
-  const bool reopened = split->merging && now >= split->valid_until_ms + kReopenMarginMs;
-  if (reopened) {
-    Drain(e.policy, e.id, now);
-    store_.EraseSplit(e.id);
-    return;
-  }
-  int64_t valid = std::max<int64_t>(0, split->valid_until_ms - now);
-  if (!split->merging) {
-    valid = options_.hot.split_valid_ms;
-    split->valid_until_ms = std::max(split->valid_until_ms, now + valid);
-  }
+  const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
+  if (!view) return;  // reopened: split_k 0
   r.split_k = split->k;
   r.split_epoch = split->epoch;
-  r.split_valid_ms = valid;
+  r.split_valid_ms = *view;
 }
 
 void Node::Drain(int policy, const KeyId& id, int64_t now) {

@@ -141,6 +141,10 @@ class Node {
   // then carries the split instead of a decision.
   bool RedirectToSplit(Worker& w, int64_t now, OpResult& r);
   void SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r);
+  // How long one more client may use `split`'s sub-buckets (extending it unless it is
+  // merging), or nullopt when it has just reopened (drained and erased). Stripe locked.
+  std::optional<int64_t> HandOutView(int policy, const KeyId& id, Store::Split& split,
+                                     int64_t now);
   void Record(Worker& w, bool denied);  // samples the op's limits into the hot-key sketch
   bool Splittable(int policy) const;
   void StartSplit(int policy, const std::string& key, int64_t rate, int64_t now);
