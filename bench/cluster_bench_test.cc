@@ -172,6 +172,26 @@ TEST(ClusterBenchErrorTest, AnUnknownScenarioIsOneErrorLine) {
   EXPECT_EQ(err.str(), "limiter-bench cluster: unknown scenario '5m' (known: 50k, 500k)\n");
 }
 
+TEST(ClusterBenchErrorTest, AnUnknownSpreadIsOneErrorLine) {
+  ClusterBenchOptions o;
+  o.spread = "sideways";
+  o.policies = LIMITER_CLUSTER_POLICIES;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunClusterBench(o, out, err), 2);
+  EXPECT_EQ(err.str(),
+            "limiter-bench cluster: --spread must be even, random or sticky, got 'sideways'\n");
+}
+
+TEST(ClusterBenchErrorTest, AReportFolderThatCannotBeMadeIsOneErrorLine) {
+  ClusterBenchOptions o;
+  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.report_dir = "/proc/no-such-folder/report";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunClusterBench(o, out, err), 1);
+  EXPECT_NE(err.str().find("cannot create /proc/no-such-folder/report"), std::string::npos)
+      << err.str();
+}
+
 TEST(ClusterBenchErrorTest, APolicyFileWithoutTheScenariosPoliciesIsRefused) {
   ClusterBenchOptions o;
   o.policies = LIMITER_BENCH_POLICIES;
