@@ -444,23 +444,6 @@ class Harness {
   std::vector<Second> seconds_;
 };
 
-// CPU seconds (user + system) a local process has used, from /proc/PID/stat.
-std::optional<double> CpuSeconds(int pid) {
-  Result<std::string> stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat", "process stat");
-  if (!stat) return std::nullopt;
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  const size_t close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat->substr(close + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 struct NodeUsage {
   std::string address;
   std::optional<double> cpu_percent;  // local nodes only

@@ -104,20 +104,24 @@ TEST(CpuBudgetTest, LimitsAProcessAndCleansUp) {
     while (std::getline(f, line)) all += line + "\n";
     return all;
   };
-  std::string dir;
-  {
-    Result<std::unique_ptr<CpuBudget>> budget = CpuBudget::Apply(pid, 0.25);
-    ASSERT_TRUE(budget.ok()) << budget.error();
-    dir = "/sys/fs/cgroup/cpu/limiter-bench-" + std::to_string(::getpid()) + "-" +
-          std::to_string(pid);
-    EXPECT_NE(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
-    std::ifstream quota(dir + "/cpu.cfs_quota_us");
-    int64_t q = 0;
-    quota >> q;
-    EXPECT_GT(q, 0);
+  const std::string dir =
+      "/sys/fs/cgroup/cpu/limiter-bench-" + std::to_string(::getpid()) + "-" + std::to_string(pid);
+  // 0.05 CPUs needs a period over 5 ms: the kernel takes no quota under 1 ms.
+  for (double cores : {0.25, 0.05}) {
+    {
+      Result<std::unique_ptr<CpuBudget>> budget = CpuBudget::Apply(pid, cores);
+      ASSERT_TRUE(budget.ok()) << budget.error();
+      EXPECT_NE(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
+      int64_t quota = 0, period = 0;
+      std::ifstream(dir + "/cpu.cfs_quota_us") >> quota;
+      std::ifstream(dir + "/cpu.cfs_period_us") >> period;
+      ASSERT_GT(period, 0);
+      EXPECT_NEAR(static_cast<double>(quota) / static_cast<double>(period), cores, 0.001)
+          << quota << " us every " << period << " us";
+    }
+    EXPECT_EQ(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
+    EXPECT_FALSE(std::filesystem::exists(dir));
   }
-  EXPECT_EQ(cgroup_of().find("limiter-bench-"), std::string::npos) << cgroup_of();
-  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 class ClusterSmokeTest : public ::testing::TestWithParam<const char*> {};

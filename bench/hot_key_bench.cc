@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -53,88 +54,58 @@ struct RunResult {
   bool split_seen = false;
   double seconds = 0;
   ThreadCounts counts;
+  std::vector<double> node_cpu;  // CPUs each node used while measuring (-1: unknown)
 };
 
 std::string KeyOf(int key) { return "h" + std::to_string(key); }
 
-// One load thread: frames of `batch` checks, one frame per node per round, closed loop.
+// One load thread, closed loop: it draws checks, routes each to its node's next frame, and
+// sends a frame once it holds `batch` checks. Each node has up to `depth` frames in flight;
+// the thread waits only for the node whose frames are all in flight, so a slow node holds up
+// only the checks routed to it, not the others' pipelines.
 class LoadThread {
  public:
   LoadThread(const HotKeyBenchOptions& o, const Ring& ring, uint64_t seed)
-      : o_(o), ring_(ring), rng_(seed), views_(static_cast<size_t>(o.keys)) {
+      : o_(o), ring_(ring), rng_(seed), views_(static_cast<size_t>(o.keys)), nodes_(ring.members().size()) {
     for (int k = 0; k < o.keys; ++k) names_.push_back(KeyOf(k));
-    for (size_t n = 0; n < ring.members().size(); ++n) {
-      builders_.push_back(std::make_unique<RequestBuilder>());
-    }
-    sent_.resize(ring.members().size());
     counts_.by_node.assign(ring.members().size(), 0);
   }
 
   std::optional<std::string> Connect() {
-    for (const std::string& member : ring_.members()) {
-      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(member);
-      if (!c) return member + ": " + c.error();
-      connections_.push_back(std::move(c).value());
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(ring_.members()[n]);
+      if (!c) return ring_.members()[n] + ": " + c.error();
+      nodes_[n].connection = std::move(c).value();
     }
     return std::nullopt;
   }
 
-  // One round: a frame to every node that has checks to do, then every reply.
-  std::optional<std::string> Round(bool counting) {
+  // Draws `batch` checks and sends every frame that fills; replies are counted when
+  // `counting`.
+  std::optional<std::string> Step(bool counting) {
+    counting_ = counting;
     const Clock::time_point now = Clock::now();
-    for (size_t n = 0; n < builders_.size(); ++n) {
-      builders_[n]->Clear();
-      sent_[n].clear();
-    }
-    RenewSplit(now);
+    if (auto e = RenewSplits(now)) return e;
     std::uniform_real_distribution<double> draw(0, o_.hot_ratio + o_.keys - 1);
     for (int i = 0; i < o_.batch; ++i) {
       const double u = draw(rng_);
       const int key = u < o_.hot_ratio ? 0 : std::min(o_.keys - 1, 1 + static_cast<int>(u - o_.hot_ratio));
       SplitView& view = views_[static_cast<size_t>(key)];
-      size_t node;
+      size_t n;
       if (view.k != 0 && now < view.valid_until) {
         const uint16_t index = static_cast<uint16_t>(view.next++ % view.k);
-        node = view.owners[index];
-        builders_[node]->OnSubBucket(view.k, index, view.epoch);
+        n = view.owners[index];
+        nodes_[n].builder.OnSubBucket(view.k, index, view.epoch);
         ++view.unreported;
       } else {
         view.k = 0;
-        node = ring_.OwnerIndex(names_[static_cast<size_t>(key)]);
+        n = ring_.OwnerIndex(names_[static_cast<size_t>(key)]);
       }
-      builders_[node]->Check(next_id_++, o_.policy, names_[static_cast<size_t>(key)]);
-      sent_[node].push_back(key);
-    }
-    for (size_t n = 0; n < builders_.size(); ++n) {
-      if (builders_[n]->ops() == 0) continue;
-      if (auto e = connections_[n]->Send(builders_[n]->Finish())) return ring_.members()[n] + ": " + *e;
-    }
-    for (size_t n = 0; n < builders_.size(); ++n) {
-      if (builders_[n]->ops() == 0) continue;
-      Result<const wire::Reply*> reply = connections_[n]->Receive();
-      if (!reply) return ring_.members()[n] + ": " + reply.error();
-      const wire::Reply& r = **reply;
-      if (r.error()) return ring_.members()[n] + " refused a frame: " + r.error()->str();
-      if (!r.ops() || r.ops()->size() != sent_[n].size()) {
-        return ring_.members()[n] + ": a reply with the wrong number of ops";
-      }
-      for (size_t i = 0; i < sent_[n].size(); ++i) {
-        const wire::OpReply& op = *r.ops()->Get(static_cast<flatbuffers::uoffset_t>(i));
-        const int key = sent_[n][i];
-        if (op.status() == wire::Status::Ok) {
-          if (!counting) continue;
-          ++counts_.checks;
-          ++counts_.by_node[n];
-          if (key == 0) ++counts_.hot_checks;
-        } else if (op.status() == wire::Status::Split) {
-          Learn(views_[static_cast<size_t>(key)], key, op, now);
-          if (counting) ++counts_.redirects;
-        } else if (counting) {
-          if (counts_.errors++ == 0) {
-            counts_.first_error = wire::EnumNameStatus(op.status());
-            if (op.error()) counts_.first_error += ": " + op.error()->str();
-          }
-        }
+      Node& node = nodes_[n];
+      node.builder.Check(next_id_++, o_.policy, names_[static_cast<size_t>(key)]);
+      node.pending.push_back(key);
+      if (node.pending.size() >= static_cast<size_t>(o_.batch)) {
+        if (auto e = Flush(n, kChecks)) return e;
       }
     }
     return std::nullopt;
@@ -144,7 +115,73 @@ class LoadThread {
   const ThreadCounts& counts() const { return counts_; }
 
  private:
+  static constexpr int kChecks = -1;  // an in-flight frame of checks, not a renewal
+
+  struct InFlight {
+    int renewed_key = kChecks;  // a renewal of this key's split, or kChecks
+    std::vector<int> keys;      // the key of each check, in frame order
+  };
+  struct Node {
+    std::unique_ptr<NodeConnection> connection;
+    RequestBuilder builder;
+    std::vector<int> pending;  // keys of the checks in `builder`
+    std::deque<InFlight> in_flight;
+  };
+
+  // Sends node n's frame: its pending checks, or a renewal of `renewed_key`'s split.
+  std::optional<std::string> Flush(size_t n, int renewed_key) {
+    Node& node = nodes_[n];
+    while (node.in_flight.size() >= static_cast<size_t>(o_.depth)) {
+      if (auto e = ReceiveOne(n)) return e;
+    }
+    if (auto e = node.connection->Send(node.builder.Finish())) return ring_.members()[n] + ": " + *e;
+    node.builder.Clear();
+    InFlight sent;
+    sent.renewed_key = renewed_key;
+    sent.keys.swap(node.pending);
+    node.in_flight.push_back(std::move(sent));
+    return std::nullopt;
+  }
+
+  // Reads the reply to node n's oldest frame in flight.
+  std::optional<std::string> ReceiveOne(size_t n) {
+    Node& node = nodes_[n];
+    const std::string& member = ring_.members()[n];
+    Result<const wire::Reply*> reply = node.connection->Receive();
+    if (!reply) return member + ": " + reply.error();
+    InFlight sent = std::move(node.in_flight.front());
+    node.in_flight.pop_front();
+    const wire::Reply& r = **reply;
+    if (r.error()) return member + " refused a frame: " + r.error()->str();
+    const size_t expected = sent.renewed_key == kChecks ? sent.keys.size() : 1;
+    if (!r.ops() || r.ops()->size() != expected) return member + ": a reply with the wrong number of ops";
+    if (sent.renewed_key != kChecks) {
+      Learn(views_[static_cast<size_t>(sent.renewed_key)], sent.renewed_key, *r.ops()->Get(0), Clock::now());
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < sent.keys.size(); ++i) {
+      const wire::OpReply& op = *r.ops()->Get(static_cast<flatbuffers::uoffset_t>(i));
+      const int key = sent.keys[i];
+      if (op.status() == wire::Status::Ok) {
+        if (!counting_) continue;
+        ++counts_.checks;
+        ++counts_.by_node[n];
+        if (key == 0) ++counts_.hot_checks;
+      } else if (op.status() == wire::Status::Split) {
+        Learn(views_[static_cast<size_t>(key)], key, op, Clock::now());
+        if (counting_) ++counts_.redirects;
+      } else if (counting_) {
+        if (counts_.errors++ == 0) {
+          counts_.first_error = wire::EnumNameStatus(op.status());
+          if (op.error()) counts_.first_error += ": " + op.error()->str();
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
   void Learn(SplitView& view, int key, const wire::OpReply& op, Clock::time_point now) {
+    if (op.status() != wire::Status::Split && op.status() != wire::Status::Ok) return;
     if (op.split_k() != view.owners.size()) {
       view.owners.clear();
       for (uint16_t i = 0; i < op.split_k(); ++i) {
@@ -159,20 +196,22 @@ class LoadThread {
   }
 
   // Renews (and reports on) the splits this thread uses, on their owners, as the client does.
-  void RenewSplit(Clock::time_point now) {
+  // The owner's pending checks go out first, in their own frame.
+  std::optional<std::string> RenewSplits(Clock::time_point now) {
     for (size_t key = 0; key < views_.size(); ++key) {
       SplitView& view = views_[key];
       if (view.k == 0 || now < view.renew_at) continue;
       const size_t owner = ring_.OwnerIndex(names_[key]);
-      RequestBuilder b;
-      b.Split(0, o_.policy, names_[key], view.unreported);
+      Node& node = nodes_[owner];
+      if (!node.pending.empty()) {
+        if (auto e = Flush(owner, kChecks)) return e;
+      }
+      node.builder.Split(0, o_.policy, names_[key], view.unreported);
       view.unreported = 0;
       view.renew_at = now + kRenewEvery;
-      if (connections_[owner]->Send(b.Finish())) continue;  // the round reports the failure
-      Result<const wire::Reply*> reply = connections_[owner]->Receive();
-      if (!reply || !(*reply)->ops() || (*reply)->ops()->size() != 1) continue;
-      Learn(view, static_cast<int>(key), *(*reply)->ops()->Get(0), now);
+      if (auto e = Flush(owner, static_cast<int>(key))) return e;
     }
+    return std::nullopt;
   }
 
   const HotKeyBenchOptions& o_;
@@ -180,10 +219,9 @@ class LoadThread {
   std::mt19937_64 rng_;
   std::vector<std::string> names_;
   std::vector<SplitView> views_;
-  std::vector<std::unique_ptr<NodeConnection>> connections_;
-  std::vector<std::unique_ptr<RequestBuilder>> builders_;
-  std::vector<std::vector<int>> sent_;  // per node: the key of each op in its frame
+  std::vector<Node> nodes_;
   uint64_t next_id_ = 0;
+  bool counting_ = false;
   ThreadCounts counts_;
 };
 
@@ -220,7 +258,7 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
       while (true) {
         const int p = phase.load(std::memory_order_relaxed);
         if (p == 2) break;
-        if (auto e = loads[t]->Round(p == 1)) {
+        if (auto e = loads[t]->Step(p == 1)) {
           failures[t] = *e;
           phase = 2;
           break;
@@ -236,11 +274,22 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   int expected = 0;
+  std::vector<std::optional<double>> cpu_before;
+  for (const LocalNode& n : *cluster) cpu_before.push_back(CpuSeconds(n.process->pid()));
   phase.compare_exchange_strong(expected, 1);
   const Clock::time_point start = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
   phase = 2;
   const Clock::time_point end = Clock::now();
+  // In the ring's order of members, as the checks are counted.
+  std::vector<double> node_cpu(members.size(), -1);
+  for (size_t i = 0; i < cluster->size(); ++i) {
+    const std::optional<double> after = CpuSeconds((*cluster)[i].process->pid());
+    const auto at = std::find(ring.members().begin(), ring.members().end(), (*cluster)[i].address);
+    if (!after || !cpu_before[i] || at == ring.members().end()) continue;
+    node_cpu[static_cast<size_t>(at - ring.members().begin())] =
+        (*after - *cpu_before[i]) / std::chrono::duration<double>(end - start).count();
+  }
   for (std::thread& t : threads) t.join();
   for (const std::string& f : failures) {
     if (!f.empty()) return Error{f};
@@ -248,7 +297,8 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
   RunResult result;
   result.split_seen = split_seen;
   result.seconds = std::chrono::duration<double>(end - start).count();
-  result.counts.by_node.assign(members.size(), 0);
+  result.node_cpu = std::move(node_cpu);
+  result.counts.by_node.assign(ring.members().size(), 0);
   for (const auto& load : loads) {
     const ThreadCounts& c = load->counts();
     result.counts.checks += c.checks;
@@ -261,6 +311,13 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
   return result;
 }
 
+// The largest node's share of the checks: the node that saturates first.
+double BusiestShare(const RunResult& r) {
+  uint64_t most = 0;
+  for (uint64_t n : r.counts.by_node) most = std::max(most, n);
+  return r.counts.checks ? static_cast<double>(most) / static_cast<double>(r.counts.checks) : 0;
+}
+
 nlohmann::json ToJson(const RunResult& r) {
   std::vector<double> shares;
   for (uint64_t n : r.counts.by_node) {
@@ -270,6 +327,7 @@ nlohmann::json ToJson(const RunResult& r) {
           {"hot_checks_per_s", static_cast<double>(r.counts.hot_checks) / r.seconds},
           {"node_shares", shares},
           {"busiest_node_share", shares.empty() ? 0.0 : *std::max_element(shares.begin(), shares.end())},
+          {"node_cpus", r.node_cpu},
           {"redirects", r.counts.redirects},
           {"errors", r.counts.errors},
           {"hot_key_split", r.split_seen},
@@ -284,9 +342,14 @@ void PrintRow(std::ostream& out, const char* name, const RunResult& r) {
                   r.counts.checks ? 100.0 * static_cast<double>(n) / static_cast<double>(r.counts.checks) : 0.0);
     shares += line;
   }
-  std::snprintf(line, sizeof(line), "%-14s %12.0f %12.0f   %s\n", name,
+  std::string cpus;
+  for (double c : r.node_cpu) {
+    std::snprintf(line, sizeof(line), "%s%.2f", cpus.empty() ? "" : " ", c);
+    cpus += c < 0 ? (cpus.empty() ? "?" : " ?") : line;
+  }
+  std::snprintf(line, sizeof(line), "%-14s %12.0f %12.0f   %-24s %s\n", name,
                 static_cast<double>(r.counts.checks) / r.seconds,
-                static_cast<double>(r.counts.hot_checks) / r.seconds, shares.c_str());
+                static_cast<double>(r.counts.hot_checks) / r.seconds, shares.c_str(), cpus.c_str());
   out << line;
   if (r.counts.errors > 0) out << "  errors: " << r.counts.errors << " (first: " << r.counts.first_error << ")\n";
 }
@@ -314,10 +377,14 @@ int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream&
                           {"keys", o.keys},
                           {"hot_ratio", o.hot_ratio},
                           {"split_k", o.split_k},
+                          {"batch", o.batch},
+                          {"depth", o.depth},
                           {"node_cpu", o.node_cpu},
                           {"unsplit", ToJson(*before)},
                           {"split", ToJson(*after)},
-                          {"speedup", ratio}}
+                          {"speedup", ratio},
+                          {"speedup_the_shares_allow",
+                           BusiestShare(*after) > 0 ? BusiestShare(*before) / BusiestShare(*after) : 0.0}}
                .dump(2)
         << '\n';
     return 0;
@@ -325,15 +392,21 @@ int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream&
   char line[256];
   std::snprintf(line, sizeof(line),
                 "%d nodes (%d thread%s each%s), %d keys, one at %gx the others' rate, %d checks "
-                "a frame, %d load threads, %g s each run\n\n",
+                "a frame, %d in flight per node, %d load threads, %g s each run\n\n",
                 o.nodes, o.node_threads, o.node_threads == 1 ? "" : "s",
                 o.node_cpu > 0 ? (", " + std::to_string(o.node_cpu).substr(0, 4) + " CPU budget").c_str() : "",
-                o.keys, o.hot_ratio, o.batch, o.connections, o.duration_s);
+                o.keys, o.hot_ratio, o.batch, o.depth, o.connections, o.duration_s);
   out << line;
-  out << "run             checks/s  hot checks/s   share of checks by node\n";
+  out << "run             checks/s  hot checks/s   share of checks by node  CPUs used by node\n";
   PrintRow(out, "unsplit", *before);
   PrintRow(out, after->split_seen ? "split" : "split (never)", *after);
-  std::snprintf(line, sizeof(line), "\nsplit / unsplit: %.2fx checks/s\n", ratio);
+  const double busiest_before = BusiestShare(*before);
+  const double busiest_after = BusiestShare(*after);
+  std::snprintf(line, sizeof(line),
+                "\nsplit / unsplit: %.2fx checks/s; busiest node %.0f%% -> %.0f%% of the checks "
+                "(with every node saturated that allows %.2fx)\n",
+                ratio, 100 * busiest_before, 100 * busiest_after,
+                busiest_after > 0 ? busiest_before / busiest_after : 0.0);
   out << line;
   return 0;
 }

@@ -74,9 +74,12 @@ int main(int argc, char** argv) {
   hot->add_option("--connections", h.connections, "Load threads, each connected to every node")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  hot->add_option("--batch", h.batch, "Checks per round, split into one frame per node")
+  hot->add_option("--batch", h.batch, "Checks per frame")
       ->capture_default_str()
       ->check(CLI::Range(1, 8192));
+  hot->add_option("--depth", h.depth, "Frames in flight per node per load thread")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   hot->add_option("--keys", h.keys, "Keys: the hot one and the others")
       ->capture_default_str()
       ->check(CLI::Range(2, 1000000));

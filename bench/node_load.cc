@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "common/frame_codec.h"
+#include "common/read_file.h"
 #include "common/wire.h"
 
 namespace limiter::bench {
@@ -221,6 +224,8 @@ namespace {
 
 constexpr const char* kCpuCgroupRoot = "/sys/fs/cgroup/cpu";
 constexpr int64_t kCfsPeriodUs = 5'000;  // short: a throttled node pauses briefly, often
+constexpr int64_t kMinCfsQuotaUs = 1'000;
+constexpr int64_t kMaxCfsPeriodUs = 1'000'000;
 
 std::optional<std::string> WriteText(const std::string& path, const std::string& text) {
   std::ofstream f(path);
@@ -243,8 +248,11 @@ Result<std::unique_ptr<CpuBudget>> CpuBudget::Apply(int pid, double cores) {
                  (ec ? ec.message() : "it exists")};
   }
   std::unique_ptr<CpuBudget> budget(new CpuBudget(dir, pid));
-  const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(cores * kCfsPeriodUs));
-  if (auto e = WriteText(dir + "/cpu.cfs_period_us", std::to_string(kCfsPeriodUs))) return Error{*e};
+  // The kernel takes no quota under 1 ms: small budgets get a longer period instead.
+  const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinCfsQuotaUs / cores)),
+                                             kCfsPeriodUs, kMaxCfsPeriodUs);
+  const int64_t quota = std::max<int64_t>(kMinCfsQuotaUs, std::llround(cores * static_cast<double>(period)));
+  if (auto e = WriteText(dir + "/cpu.cfs_period_us", std::to_string(period))) return Error{*e};
   if (auto e = WriteText(dir + "/cpu.cfs_quota_us", std::to_string(quota))) return Error{*e};
   if (auto e = WriteText(dir + "/cgroup.procs", std::to_string(pid))) return Error{*e};
   return budget;
@@ -301,6 +309,22 @@ std::string DefaultLimiterdPath() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return {};
   return (self.parent_path() / ".." / "server" / "limiterd").lexically_normal().string();
+}
+
+std::optional<double> CpuSeconds(int pid) {
+  Result<std::string> stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat", "process stat");
+  if (!stat) return std::nullopt;
+  // Fields after the command name (which may hold spaces) start after the last ')'.
+  const size_t close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat->substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace limiter::bench

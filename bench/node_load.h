@@ -105,6 +105,10 @@ Result<LocalNode> StartLocalNode(const LocalNodeOptions& options);
 // in between fails that start, and the whole cluster is started again on new ports.
 Result<std::vector<LocalNode>> StartLocalCluster(int nodes, const LocalNodeOptions& options);
 
+// CPU seconds (user + system) a local process has used so far; nullopt when its /proc entry
+// cannot be read.
+std::optional<double> CpuSeconds(int pid);
+
 // ../server/limiterd next to the directory of the running executable (the build tree's
 // layout); empty when the executable's path cannot be read.
 std::string DefaultLimiterdPath();

@@ -399,5 +399,15 @@ TEST(Rate, RejectsNumbersThatCannotBeExact) {
   EXPECT_FALSE(Rate::Invalid(1'000'000, 86'400'000, 1'000'000));
 }
 
+TEST(Rate, TheDefaultIsOnePerSecondWithItsDerivedNumbers) {
+  const Rate spelled_out;
+  const Rate validated(1, 1000, 1);
+  EXPECT_EQ(spelled_out, validated);
+  EXPECT_EQ(spelled_out.capacity_scaled(), validated.capacity_scaled());
+  EXPECT_EQ(spelled_out.refill_ms(), validated.refill_ms());
+  EXPECT_EQ(spelled_out.interval_ms(), validated.interval_ms());
+  EXPECT_EQ(spelled_out.interval_rem(), validated.interval_rem());
+}
+
 }  // namespace
 }  // namespace limiter
