@@ -16,6 +16,7 @@
 #include "bench/node_load.h"
 #include "client/node_connection.h"
 #include "client/request_builder.h"
+#include "common/protocol.h"
 #include "common/ring.h"
 #include "common/wire.h"
 
@@ -186,7 +187,7 @@ class LoadThread {
       view.owners.clear();
       for (uint16_t i = 0; i < op.split_k(); ++i) {
         view.owners.push_back(
-            ring_.OwnerIndex(names_[static_cast<size_t>(key)] + "#" + std::to_string(i)));
+            ring_.OwnerIndex(protocol::SubBucketRoutingKey(names_[static_cast<size_t>(key)], i)));
       }
     }
     view.k = op.split_k();

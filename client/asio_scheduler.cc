@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -17,6 +18,12 @@ struct AsioScheduler::Impl {
   std::atomic<uint64_t> next_timer{1};
   std::unordered_map<uint64_t, std::unique_ptr<asio::steady_timer>> timers;  // io thread only
   std::thread thread;
+  // Offloaded work: its own io_context and thread, made on first use.
+  std::mutex background_mu;
+  std::unique_ptr<asio::io_context> background;  // guarded by background_mu
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> background_guard;
+  std::thread background_thread;
+  bool stopped = false;  // guarded by background_mu
 };
 
 AsioScheduler::AsioScheduler() : impl_(std::make_unique<Impl>()) {
@@ -29,6 +36,29 @@ void AsioScheduler::Stop() {
   impl_->guard.reset();
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  StopBackground();
+}
+
+void AsioScheduler::StopBackground() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->background_mu);
+    impl_->stopped = true;
+    if (impl_->background) impl_->background->stop();
+  }
+  if (impl_->background_thread.joinable()) impl_->background_thread.join();
+}
+
+void AsioScheduler::Offload(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(impl_->background_mu);
+  if (impl_->stopped) return;
+  if (!impl_->background) {
+    impl_->background = std::make_unique<asio::io_context>(1);
+    impl_->background_guard =
+        std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+            impl_->background->get_executor());
+    impl_->background_thread = std::thread([io = impl_->background.get()] { io->run(); });
+  }
+  asio::post(*impl_->background, std::move(fn));
 }
 
 int64_t AsioScheduler::NowUs() const {
@@ -91,6 +121,7 @@ void AsioScheduler::RunAndStop(std::function<void()> fn) {
   });
   impl_->thread.join();
   impl_->guard.reset();
+  StopBackground();
 }
 
 void AsioScheduler::RunAndWait(std::function<void()> fn) {

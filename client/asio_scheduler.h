@@ -1,4 +1,5 @@
-// AsioScheduler: the real Scheduler, an asio io_context run by one thread of its own.
+// AsioScheduler: the real Scheduler, an asio io_context run by one thread of its own, and a
+// second thread, started on the first Offload, for the work that must not delay it.
 // Thread-safe.
 #pragma once
 
@@ -25,6 +26,7 @@ class AsioScheduler final : public Scheduler {
   void Post(std::function<void()> fn) override;
   uint64_t After(int64_t delay_us, std::function<void()> fn) override;
   void Cancel(uint64_t timer) override;
+  void Offload(std::function<void()> fn) override;
 
   asio::io_context& io();
   // Runs fn on the thread and waits for it.
@@ -34,6 +36,8 @@ class AsioScheduler final : public Scheduler {
   void RunAndStop(std::function<void()> fn);
 
  private:
+  void StopBackground();
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

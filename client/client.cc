@@ -29,7 +29,7 @@ class RealClient final : public Client {
           if (cv_.wait_for(lock, dns_refresh_, [this] { return stopping_; })) break;
           lock.unlock();
           Result<std::vector<std::string>> members = ResolveMembers(dns_);
-          if (members) core_.SetMembers(std::move(members).value());
+          if (members) core_.SetMembers(std::move(members).value(), DnsGeneration());
           lock.lock();
         }
       });
@@ -66,6 +66,7 @@ class RealClient final : public Client {
     ClientCoreOptions c;
     c.deadline_us = o.deadline.count();
     c.gateways = o.gateways;
+    c.generation = o.members_dns.empty() ? o.members_generation : DnsGeneration();
     return c;
   }
 

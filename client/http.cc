@@ -3,7 +3,10 @@
 namespace limiter::client {
 namespace {
 
-int64_t CeilSeconds(std::chrono::milliseconds ms) { return (ms.count() + 999) / 1000; }
+// Whole seconds, rounded up; a span too long to round (kRetryNever) saturates.
+int64_t CeilSeconds(std::chrono::milliseconds ms) {
+  return ms.count() > INT64_MAX - 999 ? INT64_MAX / 1000 : (ms.count() + 999) / 1000;
+}
 
 // A policy name as an RFC 8941 string: quotes and backslashes escaped.
 std::string Quoted(const std::string& s) {
@@ -37,6 +40,15 @@ HttpRateLimit RenderHttp(const Decision& d) {
   }
   if (d.allowed) return h;
   h.status = 429;
+  if (d.retry_after == kRetryNever) {
+    // Retrying cannot help; Retry-After still has to be a number of seconds, and the
+    // window is the honest "not soon" (at least a second).
+    const int64_t window = std::max<int64_t>(1, CeilSeconds(std::chrono::milliseconds(d.window_ms)));
+    h.headers.emplace_back("Retry-After", std::to_string(window));
+    h.body = "Too Many Requests: this request costs more than limit '" + std::string(d.policy) +
+             "' ever admits at once; it will never be admitted\n";
+    return h;
+  }
   const int64_t retry = std::max<int64_t>(1, CeilSeconds(d.retry_after));
   h.headers.emplace_back("Retry-After", std::to_string(retry));
   h.body = "Too Many Requests: limit '" + std::string(d.policy) + "' is used up; retry in " +

@@ -26,7 +26,7 @@ struct RequestBuilder::Impl {
   void Add(uint64_t id, wire::OpType type,
            flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Limit>>> limits,
            std::string_view tenant, int64_t cost, std::string_view operation, bool dry_run,
-           int64_t leased_at) {
+           int64_t leased_at, uint64_t lease_id = 0) {
     const auto t = tenant.empty() ? 0 : Str(tenant);
     const auto op = operation.empty() ? 0 : Str(operation);
     wire::OpBuilder b(fbb);
@@ -38,6 +38,7 @@ struct RequestBuilder::Impl {
     if (!op.IsNull()) b.add_operation(op);
     b.add_dry_run(dry_run);
     b.add_leased_at_ms(leased_at);
+    b.add_lease_id(lease_id);
     if (split_k != 0) {
       b.add_split_k(split_k);
       b.add_split_index(split_index);
@@ -87,13 +88,15 @@ void RequestBuilder::Lease(uint64_t id, std::string_view policy, std::string_vie
 }
 
 void RequestBuilder::Return(uint64_t id, std::string_view policy, std::string_view key,
-                            std::string_view tenant, int64_t units, int64_t leased_at_ms) {
+                            std::string_view tenant, int64_t units, int64_t leased_at_ms,
+                            uint64_t lease_id) {
   impl_->Add(id, wire::OpType::Return, impl_->One(policy, key), tenant, units, {}, false,
-             leased_at_ms);
+             leased_at_ms, lease_id);
 }
 
-void RequestBuilder::Inspect(uint64_t id, std::string_view policy, std::string_view key) {
-  impl_->Add(id, wire::OpType::Inspect, impl_->One(policy, key), {}, 1, {}, false, 0);
+void RequestBuilder::Inspect(uint64_t id, std::string_view policy, std::string_view key,
+                             std::string_view tenant) {
+  impl_->Add(id, wire::OpType::Inspect, impl_->One(policy, key), tenant, 1, {}, false, 0);
 }
 
 void RequestBuilder::Stats(uint64_t id) {

@@ -25,9 +25,11 @@ class RequestBuilder {
                  std::string_view tenant, int64_t cost, bool dry_run = false);
   void Lease(uint64_t id, std::string_view policy, std::string_view key, std::string_view tenant,
              int64_t units);
+  // Gives back `units` of the lease that LEASE answered with lease_id and granted_at_ms.
   void Return(uint64_t id, std::string_view policy, std::string_view key,
-              std::string_view tenant, int64_t units, int64_t leased_at_ms);
-  void Inspect(uint64_t id, std::string_view policy, std::string_view key);
+              std::string_view tenant, int64_t units, int64_t leased_at_ms, uint64_t lease_id);
+  void Inspect(uint64_t id, std::string_view policy, std::string_view key,
+               std::string_view tenant = {});
   void Stats(uint64_t id);
   // SPLIT: a split key's current split, reporting `sent` ops sent to its sub-buckets.
   void Split(uint64_t id, std::string_view policy, std::string_view key, int64_t sent);

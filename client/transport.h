@@ -23,7 +23,8 @@ struct OpSpec {
   std::string operation;
   int64_t cost = 1;  // CHECK: cost; LEASE: units wanted; RETURN: units given back;
                      // SPLIT: ops sent to the sub-buckets
-  int64_t leased_at_ms = 0;
+  int64_t leased_at_ms = 0;  // RETURN: of the lease, with its id
+  uint64_t lease_id = 0;
   // An op on a sub-bucket of a split key (0: the key itself).
   uint16_t split_k = 0;
   uint16_t split_index = 0;
@@ -53,12 +54,16 @@ struct OpAnswer {
   int denied_by = -1;
   std::string denied_policy;
   std::vector<Decision> results;  // per limit: the op's, then its ancestors
-  int64_t granted = 0;
+  int64_t granted = 0;  // LEASE: units granted; RETURN: units given back
   int64_t granted_at_ms = 0;
   int64_t lease_ttl_ms = 0;
   int64_t suggested_lease = 0;
+  uint64_t lease_id = 0;
+  // WrongOwner: the node's member list, its ring and generation, and the key's owner by it.
   uint64_t ring_version = 0;
-  std::vector<std::string> members;  // WrongOwner: the node's member list
+  std::vector<std::string> members;
+  uint64_t generation = 0;
+  std::string owner;
   uint16_t split_k = 0;              // Split status or SPLIT op: 0 means not split
   uint32_t split_epoch = 0;
   int64_t split_valid_ms = 0;

@@ -10,7 +10,7 @@ void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
     case OpKind::kCheck: b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation); break;
     case OpKind::kLease: b.Lease(id, op.policy, op.key, op.tenant, op.cost); break;
     case OpKind::kReturn:
-      b.Return(id, op.policy, op.key, op.tenant, op.cost, op.leased_at_ms);
+      b.Return(id, op.policy, op.key, op.tenant, op.cost, op.leased_at_ms, op.lease_id);
       break;
     case OpKind::kStats: b.Stats(id); break;
     case OpKind::kSplit: b.Split(id, op.policy, op.key, op.cost); break;
@@ -45,10 +45,13 @@ OpAnswer FromWire(const wire::OpReply& r) {
   a.granted_at_ms = r.granted_at_ms();
   a.lease_ttl_ms = r.lease_ttl_ms();
   a.suggested_lease = r.suggested_lease();
+  a.lease_id = r.lease_id();
   a.ring_version = r.ring_version();
   if (r.members()) {
     for (const flatbuffers::String* m : *r.members()) a.members.push_back(m->str());
   }
+  a.generation = r.generation();
+  if (r.owner()) a.owner = r.owner()->str();
   a.split_k = r.split_k();
   a.split_epoch = r.split_epoch();
   a.split_valid_ms = r.split_valid_ms();

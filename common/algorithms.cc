@@ -57,6 +57,7 @@ void Drain(const Rate& rate, LeakyBucket::State& s, int64_t now) {
 }  // namespace
 
 Decision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+  now = std::max(now, s.window_start_ms);
   const int64_t w = rate.window_ms();
   const int64_t start = now - now % w;
   if (start != s.window_start_ms) {
@@ -80,13 +81,21 @@ bool FixedWindow::IsFresh(const Rate& rate, const State& s, int64_t now) {
   return s.count == 0 || now - s.window_start_ms >= rate.window_ms();
 }
 
-void FixedWindow::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t leased_at) {
+int64_t FixedWindow::InEffect(const Rate& rate, const State& s, int64_t now) {
+  return IsFresh(rate, s, now) ? 0 : s.count;
+}
+
+int64_t FixedWindow::Refund(const Rate& rate, State& s, int64_t now, int64_t amount,
+                            int64_t charged_at) {
   const int64_t w = rate.window_ms();
-  if (leased_at - leased_at % w != s.window_start_ms || now - s.window_start_ms >= w) return;
-  s.count -= std::min(units, s.count);
+  if (charged_at - charged_at % w != s.window_start_ms || IsFresh(rate, s, now)) return 0;
+  const int64_t back = std::min(amount, s.count);
+  s.count -= back;
+  return back;
 }
 
 Decision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+  now = std::max(now, s.window_start_ms);
   const int64_t w = rate.window_ms();
   const int64_t limit = rate.limit();
   const int64_t elapsed = now - Roll(s, now, w);
@@ -110,20 +119,27 @@ Decision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t 
 
 bool SlidingWindow::IsFresh(const Rate& rate, const State& s, int64_t now) {
   const int64_t w = rate.window_ms();
-  const int64_t age = now - s.window_start_ms;
+  const int64_t age = std::max(now, s.window_start_ms) - s.window_start_ms;
   return (s.curr == 0 && (s.prev == 0 || age >= w)) || age >= 2 * w;
 }
 
-void SlidingWindow::Return(const Rate& rate, State& s, int64_t now, int64_t units,
-                           int64_t leased_at) {
+int64_t SlidingWindow::InEffect(const Rate& rate, const State& s, int64_t now) {
   const int64_t w = rate.window_ms();
-  const int64_t start = Roll(s, now, w);
-  const int64_t leased_window = leased_at - leased_at % w;
-  if (leased_window == start) {
-    s.curr -= static_cast<uint32_t>(std::min<int64_t>(units, s.curr));
-  } else if (leased_window == start - w) {
-    s.prev -= static_cast<uint32_t>(std::min<int64_t>(units, s.prev));
-  }
+  const int64_t age = std::max(now, s.window_start_ms) - s.window_start_ms;
+  return age < w ? int64_t{s.curr} + s.prev : age < 2 * w ? int64_t{s.curr} : 0;
+}
+
+int64_t SlidingWindow::Refund(const Rate& rate, State& s, int64_t now, int64_t amount,
+                              int64_t charged_at) {
+  const int64_t w = rate.window_ms();
+  const int64_t start = Roll(s, std::max(now, s.window_start_ms), w);
+  const int64_t charged_window = charged_at - charged_at % w;
+  uint32_t* count = charged_window == start ? &s.curr : charged_window == start - w ? &s.prev
+                                                                                      : nullptr;
+  if (count == nullptr) return 0;
+  const int64_t back = std::min<int64_t>(amount, *count);
+  *count -= static_cast<uint32_t>(back);
+  return back;
 }
 
 Decision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -145,15 +161,22 @@ Decision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t co
 
 bool TokenBucket::IsFresh(const Rate& rate, const State& s, int64_t now) {
   return s.last_ms == kFresh ||
-         Refilled(rate, s.tokens_scaled, now - s.last_ms) == rate.capacity_scaled();
+         Refilled(rate, s.tokens_scaled, std::max<int64_t>(0, now - s.last_ms)) ==
+             rate.capacity_scaled();
 }
 
-void TokenBucket::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
+int64_t TokenBucket::InEffect(const Rate& rate, const State& s, int64_t now) {
+  if (s.last_ms == kFresh) return 0;
+  const int64_t elapsed = std::max<int64_t>(0, now - s.last_ms);
+  return rate.capacity_scaled() - Refilled(rate, s.tokens_scaled, elapsed);
+}
+
+int64_t TokenBucket::Refund(const Rate& rate, State& s, int64_t now, int64_t amount, int64_t) {
+  if (s.last_ms == kFresh) return 0;
   Refill(rate, s, now);
-  const int64_t cap = rate.capacity_scaled();
-  // Compare before multiplying, so that the sum cannot overflow.
-  s.tokens_scaled =
-      units >= rate.burst() ? cap : std::min(cap, s.tokens_scaled + units * rate.window_ms());
+  const int64_t back = std::min(amount, rate.capacity_scaled() - s.tokens_scaled);
+  s.tokens_scaled += back;
+  return back;
 }
 
 Decision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -203,14 +226,20 @@ bool Gcra::IsFresh(const Rate&, const State& s, int64_t now) {
   return s.tat_ms < now || (s.tat_ms == now && s.tat_frac == 0);
 }
 
-void Gcra::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
-  if (IsFresh(rate, s, now)) return;
-  // TAT - now in 1/L ms, less units*T, never below now.
-  const int64_t ahead = (s.tat_ms - now) * rate.limit() + s.tat_frac;
-  const int64_t back = units >= rate.burst() ? ahead : std::min(ahead, units * rate.window_ms());
+// TAT - now in 1/L ms: the missing tokens, scaled by W.
+int64_t Gcra::InEffect(const Rate& rate, const State& s, int64_t now) {
+  return IsFresh(rate, s, now) ? 0 : (s.tat_ms - now) * rate.limit() + s.tat_frac;
+}
+
+int64_t Gcra::Refund(const Rate& rate, State& s, int64_t now, int64_t amount, int64_t) {
+  const int64_t ahead = InEffect(rate, s, now);
+  const int64_t back = std::min(amount, ahead);
   const int64_t left = ahead - back;
-  s.tat_ms = now + left / rate.limit();
-  s.tat_frac = left % rate.limit();
+  if (back > 0) {
+    s.tat_ms = now + left / rate.limit();
+    s.tat_frac = left % rate.limit();
+  }
+  return back;
 }
 
 Decision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
@@ -232,14 +261,20 @@ Decision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t co
 
 bool LeakyBucket::IsFresh(const Rate& rate, const State& s, int64_t now) {
   const int64_t cap = rate.capacity_scaled();
-  return Refilled(rate, cap - s.level_scaled, now - s.last_ms) == cap;
+  return Refilled(rate, cap - s.level_scaled, std::max<int64_t>(0, now - s.last_ms)) == cap;
 }
 
-void LeakyBucket::Return(const Rate& rate, State& s, int64_t now, int64_t units, int64_t) {
+int64_t LeakyBucket::InEffect(const Rate& rate, const State& s, int64_t now) {
+  const int64_t cap = rate.capacity_scaled();
+  const int64_t elapsed = std::max<int64_t>(0, now - s.last_ms);
+  return cap - Refilled(rate, cap - s.level_scaled, elapsed);
+}
+
+int64_t LeakyBucket::Refund(const Rate& rate, State& s, int64_t now, int64_t amount, int64_t) {
   Drain(rate, s, now);
-  s.level_scaled = units >= rate.burst()
-                       ? 0
-                       : std::max<int64_t>(0, s.level_scaled - units * rate.window_ms());
+  const int64_t back = std::min(amount, s.level_scaled);
+  s.level_scaled -= back;
+  return back;
 }
 
 }  // namespace limiter

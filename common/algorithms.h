@@ -2,17 +2,29 @@
 //
 // Every algorithm is a pure function of (rate, state, now, cost): time is an argument, never
 // read here, and all arithmetic is exact in 64-bit integers (see Rate for the scaling).
-// Preconditions for every function: the Rate is valid, cost and units >= 1, now_ms >= 0 and
-// now_ms does not decrease for one state. A default-constructed State is a fresh key with its
-// full allowance. Decide changes the state only when it admits, apart from bookkeeping (refill,
-// window roll) that changes no later decision.
+// Preconditions for every function: the Rate is valid, cost and units >= 1 and now_ms >= 0. A
+// default-constructed State is a fresh key with its full allowance. Decide changes the state
+// only when it admits, apart from bookkeeping (refill, window roll) that changes no later
+// decision.
+//
+// Time never runs backwards for a key: a `now` earlier than the time the state was last moved
+// to (a window's start, a bucket's last refill, a log's newest entry) is taken as that time,
+// so a caller that read its clock before waiting for the key's lock cannot take the key back
+// to an earlier window. GCRA needs no such time: its TAT is always later than its last
+// admission, so an earlier `now` only makes it stricter.
 //
 // Besides Decide, each algorithm has:
 //   IsFresh(rate, state, now): the state decides exactly like a fresh one from now on, so it
 //     carries no information and can be dropped (an idle key expires by itself);
-//   Return(rate, state, now, units, leased_at): gives back `units` charged at leased_at and not
-//     spent, as if they had never been charged; never above capacity, and never into a window
-//     they were not charged to.
+//   InEffect(rate, state, now): how much of what was charged still has an effect on later
+//     decisions, in charge units (KeyLimiter::ChargeScale: a bucket's contents are scaled by W, so a
+//     refund can give back part of a token exactly; a window counts cost units): a bucket's missing tokens, a window's
+//     count. It only falls as time passes, until the next admission;
+//   Refund(rate, state, now, amount, charged_at): gives back up to `amount` charge units that
+//     were charged at charged_at and never spent, exactly as if they had never been charged,
+//     and says how many it gave back: never more than is in effect, and never into a window
+//     they were not charged to. Which units are still owed is the lease book's business
+//     (lease_book.h).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +42,9 @@ struct FixedWindow {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 // Two fixed windows, the previous one weighted by how much of it the sliding window still
@@ -46,8 +59,9 @@ struct SlidingWindow {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 // Capacity B, refilled continuously at L per W, starts full; admit iff tokens >= cost.
@@ -59,8 +73,9 @@ struct TokenBucket {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 // Generic cell rate algorithm: one theoretical arrival time (TAT) per key, emission interval
@@ -73,8 +88,9 @@ struct Gcra {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 // Leaky bucket as a meter: the level drains at L per W; admit iff level + cost <= B.
@@ -85,8 +101,9 @@ struct LeakyBucket {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 // The store keeps every state in 16 bytes.

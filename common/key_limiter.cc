@@ -67,9 +67,28 @@ bool KeyLimiter::IsFresh(const Rate& rate, int64_t now_ms) const {
                     state_);
 }
 
-void KeyLimiter::Return(const Rate& rate, int64_t now_ms, int64_t units, int64_t leased_at_ms) {
-  std::visit(
-      [&](auto& s) { Algo<decltype(s)>::Return(rate, s, now_ms, units, leased_at_ms); }, state_);
+int64_t ChargeScale(Algorithm algorithm, const Rate& rate) {
+  switch (algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kGcra:
+    case Algorithm::kLeakyBucket: return rate.window_ms();
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingLog:
+    case Algorithm::kSlidingWindow: return 1;
+  }
+  return 1;
+}
+
+int64_t KeyLimiter::InEffect(const Rate& rate, int64_t now_ms) const {
+  return std::visit(
+      [&](const auto& s) { return Algo<decltype(s)>::InEffect(rate, s, now_ms); }, state_);
+}
+
+int64_t KeyLimiter::Refund(const Rate& rate, int64_t now_ms, int64_t amount,
+                           int64_t charged_at_ms) {
+  return std::visit(
+      [&](auto& s) { return Algo<decltype(s)>::Refund(rate, s, now_ms, amount, charged_at_ms); },
+      state_);
 }
 
 std::vector<std::pair<std::string_view, int64_t>> KeyLimiter::Fields() const {

@@ -16,6 +16,10 @@
 
 namespace limiter {
 
+// Charge units per cost unit (algorithms.h): W for the bucket algorithms, whose contents are
+// scaled by W; 1 for the window ones.
+int64_t ChargeScale(Algorithm algorithm, const Rate& rate);
+
 // Why `algorithm` cannot run at `rate` although the Rate itself is valid, or nullopt.
 std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate);
 
@@ -38,7 +42,11 @@ class KeyLimiter {
   // The most cost that would be admitted now (0 if none).
   int64_t Available(const Rate& rate, int64_t now_ms) const;
   bool IsFresh(const Rate& rate, int64_t now_ms) const;
-  void Return(const Rate& rate, int64_t now_ms, int64_t units, int64_t leased_at_ms);
+  int64_t ChargeScale(const Rate& rate) const { return limiter::ChargeScale(algorithm(), rate); }
+  // See algorithms.h: the charge still in effect, and a refund of up to `amount` charge units
+  // charged at charged_at_ms (returns what it gave back).
+  int64_t InEffect(const Rate& rate, int64_t now_ms) const;
+  int64_t Refund(const Rate& rate, int64_t now_ms, int64_t amount, int64_t charged_at_ms);
   // The state in the algorithm's own terms, for inspection.
   std::vector<std::pair<std::string_view, int64_t>> Fields() const;
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 
 namespace limiter {
 namespace {
@@ -67,6 +68,12 @@ Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port
   members.erase(std::unique(members.begin(), members.end()), members.end());
   if (members.empty()) return Error{name_and_port + ": no addresses"};
   return members;
+}
+
+uint64_t DnsGeneration() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 }  // namespace limiter

@@ -2,6 +2,7 @@
 // (a Kubernetes headless service gives one address per pod).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,5 +16,10 @@ Result<std::vector<std::string>> ParseMemberList(const std::string& text);
 // Resolves "name:port" to "address:port" for every address (IPv6 as "[addr]:port"),
 // sorted and without repeats. Blocks on DNS.
 Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port);
+
+// The generation of a member list that DNS just answered: the wall-clock time in ms since the
+// Unix epoch, so that a later answer is newer on every process whose clocks roughly agree.
+// (A static list's generation comes from its configuration.)
+uint64_t DnsGeneration();
 
 }  // namespace limiter

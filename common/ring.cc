@@ -17,12 +17,21 @@ uint64_t Mix(uint64_t x) {
   return x;
 }
 
+void Normalize(std::vector<std::string>& members) {
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  if (members.size() > Ring::kMaxMembers) members.resize(Ring::kMaxMembers);
+}
+
 }  // namespace
 
+bool Ring::HasMembers(std::vector<std::string> members) const {
+  Normalize(members);
+  return members == members_;
+}
+
 Ring::Ring(std::vector<std::string> members) : members_(std::move(members)) {
-  std::sort(members_.begin(), members_.end());
-  members_.erase(std::unique(members_.begin(), members_.end()), members_.end());
-  if (members_.size() > kMaxMembers) members_.resize(kMaxMembers);
+  Normalize(members_);
   if (members_.empty()) return;
 
   std::string joined;

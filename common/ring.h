@@ -31,6 +31,8 @@ class Ring {
   explicit Ring(std::vector<std::string> members = {});
 
   bool empty() const { return members_.empty(); }
+  // Whether `members`, sorted and deduplicated, are this ring's (no table is built).
+  bool HasMembers(std::vector<std::string> members) const;
   const std::vector<std::string>& members() const { return members_; }
   // A digest of the member set; 0 only for an empty ring.
   uint64_t version() const { return version_; }

@@ -5,6 +5,7 @@
 namespace limiter {
 
 Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
   const int64_t w = rate.window_ms();
   const int64_t limit = rate.limit();
   while (!s.entries.empty() && s.entries.front().t_ms <= now - w) {
@@ -42,15 +43,29 @@ bool SlidingLog::IsFresh(const Rate& rate, const State& s, int64_t now) {
   return s.entries.empty() || s.entries.back().t_ms <= now - rate.window_ms();
 }
 
-void SlidingLog::Return(const Rate&, State& s, int64_t, int64_t units, int64_t leased_at) {
+int64_t SlidingLog::InEffect(const Rate& rate, const State& s, int64_t now) {
+  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
+  int64_t in_window = s.total;
+  for (const Entry& e : s.entries) {
+    if (e.t_ms > now - rate.window_ms()) break;
+    in_window -= e.cost;
+  }
+  return in_window;
+}
+
+int64_t SlidingLog::Refund(const Rate& rate, State& s, int64_t now, int64_t amount,
+                           int64_t charged_at) {
+  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
+  if (charged_at <= now - rate.window_ms()) return 0;  // out of the window: no effect left
   for (auto it = s.entries.begin(); it != s.entries.end(); ++it) {
-    if (it->t_ms != leased_at) continue;
-    const int64_t back = std::min(units, it->cost);
+    if (it->t_ms != charged_at) continue;
+    const int64_t back = std::min(amount, it->cost);
     it->cost -= back;
     s.total -= back;
     if (it->cost == 0) s.entries.erase(it);
-    return;
+    return back;
   }
+  return 0;
 }
 
 }  // namespace limiter

@@ -23,8 +23,9 @@ struct SlidingLog {
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
-  static void Return(const Rate& rate, State& state, int64_t now_ms, int64_t units,
-                     int64_t leased_at_ms);
+  static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
+  static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
+                        int64_t charged_at_ms);
 };
 
 }  // namespace limiter

@@ -17,8 +17,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
     if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
     const auto fields =
         r.Fields(root, "", {"name", "listen", "admin", "policies", "threads", "max_keys",
-                            "idle_timeout", "max_frame", "members", "members_dns", "self",
-                            "hot_keys"});
+                            "idle_timeout", "max_frame", "members", "generation", "members_dns",
+                            "self", "hot_keys"});
     for (const auto& [name, f] : fields) {
       if (name == "name") {
         c.node.name = r.Scalar(f, name);
@@ -50,6 +50,9 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           if (!one || one->size() != 1) r.Fail(m, name, one ? "expected one HOST:PORT" : one.error());
           c.node.members.push_back(one->front());
         }
+      } else if (name == "generation") {
+        const std::string text = r.Scalar(f, name);
+        c.node.generation = text == "0" ? 0 : static_cast<uint64_t>(r.PositiveInt(f, name));
       } else if (name == "members_dns") {
         c.server.members_dns = r.Scalar(f, name);
       } else if (name == "self") {

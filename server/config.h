@@ -9,7 +9,9 @@
 //   idle_timeout: 60s            # close connections silent this long
 //   max_frame: 1048576           # bytes
 //   members: [10.0.0.1:7450, 10.0.0.2:7450]   # the cluster; default: standalone
-//   members_dns: limiterd.ns.svc:7450         # or: one name, re-resolved every 5 s
+//   generation: 3                # of that list: raise it with every change (default 0)
+//   members_dns: limiterd.ns.svc:7450         # or: one name, re-resolved every 5 s (its
+//                                # generation is the time of the answer)
 //   self: 10.0.0.1:7450          # this node among the members
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/hot_key_sketch.h"
+#include "common/protocol.h"
 #include "server/node.h"
 #include "server/node_internal.h"
 #include "server/sub_bucket.h"
@@ -41,9 +42,8 @@ void Node::Record(Worker& w, bool denied) {
     const Entry& e = w.entries[i];
     std::string_view name = e.key;
     if (e.split_k != 0) {
-      w.display.assign(e.key);
-      w.display += '#';
-      w.display += std::to_string(e.split_index);
+      w.display.clear();
+      protocol::AppendSubBucketRoutingKey(w.display, e.key, e.split_index);
       name = w.display;
     }
     w.sketch.Add(e.policy, name, e.id.lo, static_cast<uint64_t>(every), denied, e.split_k);
@@ -111,7 +111,7 @@ void Node::Drain(int policy, const KeyId& id, int64_t now) {
 
 void Node::StartSplit(int policy, const std::string& key, int64_t rate, int64_t now) {
   const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
-  const KeyId id = Store::Id(p.name, key);
+  const KeyId id = protocol::LimitId(p, key, {});
   const size_t stripe = store_.StripeOf(id);
   Store::StripeLock lock(store_, {&stripe, 1});
   if (store_.FindSplit(id) != nullptr) return;

@@ -24,7 +24,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-keys", max_keys, "Most keys held at once")->check(CLI::PositiveNumber);
   app.add_option("--name", name, "Node name");
   std::string members, members_dns, self;
+  int64_t generation = -1;
   app.add_option("--members", members, "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
+  app.add_option("--generation", generation,
+                 "Generation of --members: nodes and gateways adopt only a larger one (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--members-dns", members_dns, "Or NAME:PORT resolving to every node, re-resolved");
   app.add_option("--self", self, "This node's HOST:PORT among the members");
   int64_t hot_split_above = -1;
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
     }
     config.node.members = std::move(list).value();
   }
+  if (generation >= 0) config.node.generation = static_cast<uint64_t>(generation);
   if (!members_dns.empty()) config.server.members_dns = members_dns;
   if (!self.empty()) config.node.self = self;
   if (hot_split_above >= 0) config.node.hot.split_above = hot_split_above;

@@ -1,14 +1,27 @@
-// Node::RenderMetrics: the Prometheus text exposition format, version 0.0.4.
+// Node's counters: Stats for the STATS op and limiterctl, RenderMetrics in the Prometheus
+// text exposition format, version 0.0.4.
+#include <unistd.h>
+
 #include <array>
+#include <fstream>
 #include <sstream>
 
 #include "server/node.h"
+#include "server/node_internal.h"
 
 namespace limiter {
 namespace {
 
 constexpr std::array<const char*, kBadFrameKinds> kBad = {"too_large", "empty", "invalid",
                                                           "truncated"};
+constexpr std::array<std::string_view, 3> kOutcomeNames = {"allowed", "denied", "error"};
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
 // Latency bucket bounds, in microseconds.
 constexpr std::array<uint64_t, 16> kBoundsUs = {1,   2,   5,    10,   20,   50,    100,   200,
                                                 500, 1000, 2000, 5000, 10000, 50000, 100000, 1000000};
@@ -31,6 +44,57 @@ std::string Escape(const std::string& s) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, int64_t>> Node::Stats() {
+  std::array<std::array<uint64_t, 3>, kOpTypes + 1> ops{};
+  std::array<uint64_t, kBadFrameKinds> bad{};
+  uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
+  {
+    std::lock_guard<std::mutex> guard(workers_mu_);
+    for (const auto& w : workers_) {
+      const WorkerCounters& c = w->counters;
+      for (size_t t = 0; t < ops.size(); ++t) {
+        for (size_t o = 0; o < 3; ++o) ops[t][o] += c.ops[t][o].Get();
+      }
+      for (size_t b = 0; b < bad.size(); ++b) bad[b] += c.bad_frames[b].Get();
+      refusals += c.refusals.Get();
+      redirects += c.split_redirects.Get();
+      frames += c.frames.Get();
+      opened += c.connections_opened.Get();
+      closed += c.connections_closed.Get();
+    }
+  }
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t t = 0; t < ops.size(); ++t) {
+    for (size_t o = 0; o < 3; ++o) {
+      if (ops[t][o] == 0) continue;
+      const bool decides = t <= 1;  // check, lease
+      const std::string_view outcome = !decides && o == kAllowed ? "ok" : kOutcomeNames[o];
+      out.emplace_back("ops_" + std::string(OpTypeName(static_cast<int>(t))) + "_" + std::string(outcome),
+                       static_cast<int64_t>(ops[t][o]));
+    }
+  }
+  out.emplace_back("keys", store_.keys());
+  out.emplace_back("max_keys", store_.max_keys());
+  out.emplace_back("evictions", store_.evictions());
+  out.emplace_back("refusals", static_cast<int64_t>(refusals));
+  out.emplace_back("split_redirects", static_cast<int64_t>(redirects));
+  out.emplace_back("splits", store_.split_count());
+  out.emplace_back("lease_books", store_.books());
+  uint64_t bad_total = 0;
+  for (size_t b = 0; b < bad.size(); ++b) {
+    bad_total += bad[b];
+    out.emplace_back("bad_frames_" + std::string(kBad[b]), static_cast<int64_t>(bad[b]));
+  }
+  out.emplace_back("bad_frames", static_cast<int64_t>(bad_total));
+  out.emplace_back("frames", static_cast<int64_t>(frames));
+  out.emplace_back("connections_open", static_cast<int64_t>(opened - closed));
+  out.emplace_back("connections_total", static_cast<int64_t>(opened));
+  out.emplace_back("resident_bytes", ResidentBytes());
+  out.emplace_back("uptime_ms", clock_.NowMs() - started_ms_);
+  return out;
+}
+
 
 std::string Node::RenderMetrics() {
   const size_t n_policies = policies_.policies().size();

@@ -46,8 +46,10 @@ struct HotKeyOptions {
 struct NodeOptions {
   std::string name = "limiterd";
   // The cluster: every node's host:port, and this node's own among them. With no members
-  // the node is standalone and owns every key.
+  // the node is standalone and owns every key. The list's generation orders lists: a node
+  // and its gateways adopt only a list with a larger one (see SetMembers).
   std::vector<std::string> members;
+  uint64_t generation = 0;
   std::string self;
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   Store::Options store;
@@ -108,10 +110,17 @@ class Node {
   // The hottest keys at the last tick, hottest first.
   std::vector<HotKey> HotKeys() const;
 
-  // Replaces the member list (a DNS refresh, say); thread-safe. An error when `self` is not
-  // among them, and the ring is left as it was.
-  std::optional<std::string> SetMembers(std::vector<std::string> members);
-  std::shared_ptr<const Ring> ring() const { return ring_.load(); }
+  // A member list and the ring derived from it. Immutable; shared.
+  struct Membership {
+    Ring ring;
+    uint64_t generation = 0;
+  };
+  // Adopts a member list of a larger generation than the current one (a DNS refresh, say),
+  // building its ring on the calling thread; an older or equal generation changes nothing.
+  // An error when `self` is not among them, and the ring is left as it was. Thread-safe.
+  std::optional<std::string> SetMembers(std::vector<std::string> members, uint64_t generation);
+  std::shared_ptr<const Membership> membership() const { return membership_.load(); }
+  std::shared_ptr<const Ring> ring() const;
 
   const NodeOptions& options() const { return options_; }
   const PolicySet& policies() const { return policies_; }
@@ -125,17 +134,23 @@ class Node {
  private:
   struct OpResult;
   struct Entry;
-  void HandleOp(Worker& w, const wire::Op& op, const Ring& ring, int64_t now, OpResult& r);
+  void HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
+  // The reply of one handled op, appended to the worker's replies.
+  void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const OpResult& r);
   enum class CostUse { kCharge, kUnits, kNone };
-  bool Resolve(Worker& w, const wire::Op& op, const Ring& ring, bool single, CostUse cost_use,
-               OpResult& r);
+  bool Resolve(Worker& w, const wire::Op& op, const Membership& m, bool single,
+               CostUse cost_use, OpResult& r);
   void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
   void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
-  void Return(Worker& w, int64_t units, int64_t leased_at, int64_t now, OpResult& r);
+  void Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,
+              OpResult& r);
   void Inspect(Worker& w, int64_t now, OpResult& r);
   bool Save(Worker& w, const Store::StripeLock& lock, int64_t now);
   void CollectStripes(Worker& w);
   void Load(Worker& w, int64_t now);
+  // With the entries' stripes locked, before an admission or a grant changes them: each
+  // entry's charge in effect, clamping the lease books of those that have one.
+  void ClampBooks(Worker& w, int64_t now);
   void Count(Worker& w, int type, Outcome outcome);
   // With the entries' stripes locked: true when one of the op's own limits is split, and r
   // then carries the split instead of a decision.
@@ -156,7 +171,10 @@ class Node {
   const NodeOptions options_;
   Store store_;
   std::unordered_map<std::string_view, int> policy_index_;
-  std::atomic<std::shared_ptr<const Ring>> ring_;
+  std::atomic<std::shared_ptr<const Membership>> membership_;
+  // Lease ids: from a random start each life, so that a lease granted before a restart is
+  // never mistaken for one granted after it.
+  std::atomic<uint64_t> next_lease_id_;
   const int64_t started_ms_;
   std::vector<bool> parents_;  // per policy: some policy nests under it
   // Per policy, the sub-buckets' rates at the configured split k (SubRate); empty when the

@@ -25,6 +25,7 @@ struct Node::Entry {
   Slot* slot = nullptr;
   KeyLimiter limiter{Algorithm::kGcra};
   Decision decision;
+  int64_t in_effect = 0;  // LEASE: the charge in effect once the grant is charged
 };
 
 struct Node::OpResult {
@@ -37,7 +38,9 @@ struct Node::OpResult {
   int64_t granted_at_ms = 0;
   int64_t lease_ttl_ms = 0;
   int64_t suggested_lease = 0;
+  uint64_t lease_id = 0;
   bool wrong_owner = false;
+  std::string owner;  // WrongOwner: the member that owns the key
   bool inspected = false;
   bool tracked = false;
   bool with_stats = false;

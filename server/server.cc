@@ -321,7 +321,8 @@ void Server::Run() {
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        members.error().c_str());
-        } else if (auto error = s.node.SetMembers(std::move(members).value())) {
+        } else if (auto error = s.node.SetMembers(std::move(members).value(),
+                                                  DnsGeneration())) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        error->c_str());
         }

@@ -53,8 +53,6 @@ Store::~Store() {
   }
 }
 
-KeyId Store::Id(std::string_view policy, std::string_view key) { return MakeKeyId({policy, key}); }
-
 Store::StripeLock::StripeLock(Store& store, std::span<const size_t> stripes)
     : store_(store), count_(std::min(stripes.size(), kMaxLocks)) {
   for (size_t i = 0; i < count_; ++i) {
@@ -117,6 +115,19 @@ void Store::Erase(int policy, const KeyId& id) {
     table.Erase(s);
     keys_.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+LeaseBook* Store::FindBook(const KeyId& id) {
+  auto& books = stripes_[StripeOf(id)]->books;
+  if (books.empty()) return nullptr;
+  auto it = books.find(id);
+  return it == books.end() ? nullptr : &it->second;
+}
+
+LeaseBook& Store::AddBook(const KeyId& id) {
+  auto [it, added] = stripes_[StripeOf(id)]->books.try_emplace(id);
+  if (added) books_.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
 }
 
 Store::Split* Store::FindSplit(const KeyId& id) {
@@ -193,6 +204,8 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
     erased += stripe.tables[p].Sweep(&stripe.cursors[p], budget, [&](Slot& s) {
       if (!IsFresh(policy, s, now)) return false;
       if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
+      // A fresh key has no charge in effect: nothing its leases charged can come back.
+      if (auto book = stripe.books.find(s.id); book != stripe.books.end()) book->second.Clamp(0);
       Release(policy, s);
       return true;
     });
@@ -200,6 +213,14 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
   if (erased > 0) {
     keys_.fetch_sub(static_cast<int64_t>(erased), std::memory_order_relaxed);
     evictions_.fetch_add(static_cast<int64_t>(erased), std::memory_order_relaxed);
+  }
+  for (auto it = stripe.books.begin(); it != stripe.books.end();) {
+    if (it->second.Expire(now)) {
+      it = stripe.books.erase(it);
+      books_.fetch_sub(1, std::memory_order_relaxed);
+    } else {
+      ++it;
+    }
   }
   return erased;
 }

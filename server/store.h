@@ -8,6 +8,9 @@
 // live state are never evicted, since forgetting them would let the key exceed its promise;
 // at max_keys, new keys are refused instead.
 //
+// Beside a key's state, the store keeps a lease book for keys with leases granted within
+// their TTL (lease_book.h), in its stripe; Sweep drops lapsed records.
+//
 // Thread-safety: the functions taking a Slot or a policy table need the key's stripe locked
 // (StripeLock); the counters are atomics.
 #pragma once
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "common/key_limiter.h"
+#include "common/lease_book.h"
 #include "common/policy.h"
 #include "server/key_table.h"
 
@@ -41,7 +45,6 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static KeyId Id(std::string_view policy, std::string_view key);
   size_t StripeOf(const KeyId& id) const { return id.hi % stripes_.size(); }
 
   // Locks a set of stripes: `stripes` sorted ascending without repeats. At most kMaxLocks.
@@ -86,6 +89,11 @@ class Store {
     int cool_ticks = 0;          // consecutive ticks below the merge threshold
     bool merging = false;        // no longer renewed; reopens after valid_until_ms
   };
+  // The lease book of a key, or nullptr; AddBook makes it. With the key's stripe locked.
+  LeaseBook* FindBook(const KeyId& id);
+  LeaseBook& AddBook(const KeyId& id);
+  int64_t books() const { return books_.load(std::memory_order_relaxed); }
+
   Split* FindSplit(const KeyId& id);
   Split& AddSplit(const KeyId& id);
   void EraseSplit(const KeyId& id);
@@ -113,6 +121,7 @@ class Store {
     std::vector<KeyTable> tables;   // per policy; guarded by mu
     std::vector<size_t> cursors;    // per policy, where Sweep goes on; guarded by mu
     std::unordered_map<KeyId, Split, KeyIdHash> splits;  // guarded by mu
+    std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
   };
   size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
@@ -125,6 +134,7 @@ class Store {
   std::atomic<int64_t> keys_{0};
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> splits_{0};
+  std::atomic<int64_t> books_{0};
 };
 
 }  // namespace limiter

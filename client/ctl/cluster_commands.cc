@@ -15,6 +15,7 @@
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
 #include "common/membership.h"
+#include "common/protocol.h"
 #include "common/ring.h"
 
 namespace limiter::ctl {
@@ -321,7 +322,7 @@ int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& 
         node,
         [&](RequestBuilder& b) {
           if (k) b.OnSubBucket(k, index, epoch);
-          b.Inspect(1, args.policy, args.key);
+          b.Inspect(1, args.policy, args.key, args.tenant);
         },
         [&](const wire::OpReply& r) {
           if (k == 0) {
@@ -352,7 +353,7 @@ int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& 
   };
   if (!inspect(owner, args.key, 0, 0)) return 1;
   for (uint16_t i = 0; i < split_k; ++i) {
-    const std::string sub = args.key + "#" + std::to_string(i);
+    const std::string sub = protocol::SubBucketRoutingKey(args.key, i);
     if (!inspect(ring.Owner(sub), sub, split_k, i)) return 1;
   }
   if (args.json) {

@@ -59,7 +59,9 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   inspect_cmd->add_option("--cluster", inspect.cluster, "HOST:PORT,...: ask the key's owner")
       ->excludes(inspect_server);
   inspect_cmd->add_option("--policy", inspect.policy, "Policy name")->required();
-  inspect_cmd->add_option("--tenant", inspect.tenant, "With --cluster: route by this tenant");
+  inspect_cmd->add_option("--tenant", inspect.tenant,
+                          "The key's tenant, for a policy that nests under one (--cluster "
+                          "routes by it)");
   inspect_cmd->add_option("key", inspect.key, "Key")->required();
   inspect_cmd->add_flag("--json", inspect.json, "JSON output");
 

@@ -119,7 +119,7 @@ int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
     return 1;
   }
   RequestBuilder b;
-  b.Inspect(1, args.policy, args.key);
+  b.Inspect(1, args.policy, args.key, args.tenant);
   Result<const wire::OpReply*> r = OneOp(**c, b);
   if (!r) {
     err << "limiterctl inspect: " << r.error() << '\n';

@@ -162,10 +162,10 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                  }));
   c.emplace_back("lease_then_return",
                  Cat({lease, Request([](RequestBuilder& b) {
-                        b.Return(12, "api_key", "key-1", "acme", 2, kStartMs);
+                        b.Return(12, "api_key", "key-1", "acme", 2, kStartMs, 1);
                       })}));
   c.emplace_back("return_untracked_key", Request([](RequestBuilder& b) {
-                   b.Return(13, "meter", "never-seen", {}, 1, 0);
+                   b.Return(13, "meter", "never-seen", {}, 1, 0, 1);
                  }));
   c.emplace_back("inspect_each_policy", Request([](RequestBuilder& b) {
                    for (const char* p : {"tenant", "quota", "login", "meter", "smooth", "recent"}) {
@@ -183,7 +183,7 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
   c.emplace_back("batch_every_op", Request([](RequestBuilder& b) {
                    b.Check(17, "tenant", "acme");
                    b.Lease(18, "meter", "m-1", {}, 5);
-                   b.Return(19, "meter", "m-1", {}, 5, kStartMs);
+                   b.Return(19, "meter", "m-1", {}, 5, kStartMs, 2);
                    b.Inspect(20, "meter", "m-1");
                    b.Stats(21);
                  }));
@@ -285,15 +285,28 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                                                    .operation = "report"})
                                              .Finish());
   c.emplace_back("return_leased_at_future", Request([](RequestBuilder& b) {
-                   b.Return(53, "api_key", "key-1", "acme", 1, kI64Max);
+                   b.Return(53, "api_key", "key-1", "acme", 1, kI64Max, 1);
                  }));
   c.emplace_back("return_leased_at_negative", Request([](RequestBuilder& b) {
-                   b.Return(54, "api_key", "key-1", "acme", 1, -1);
+                   b.Return(54, "api_key", "key-1", "acme", 1, -1, 1);
                  }));
   c.emplace_back("return_huge", Request([](RequestBuilder& b) {
                    b.Check(55, "meter", "r", {}, 30);
-                   b.Return(56, "meter", "r", {}, kMaxCost, 0);
-                   b.Return(57, "meter", "r", {}, kI64Max, 0);
+                   b.Return(56, "meter", "r", {}, kMaxCost, 0, 1);
+                   b.Return(57, "meter", "r", {}, kI64Max, 0, UINT64_MAX);
+                 }));
+  c.emplace_back("return_without_lease_id", Request([](RequestBuilder& b) {
+                   b.Lease(58, "meter", "w", {}, 3);
+                   b.Return(59, "meter", "w", {}, 3, kStartMs, 0);
+                 }));
+  c.emplace_back("return_strict_policy", Request([](RequestBuilder& b) {
+                   b.Check(60, "login", "bob");
+                   b.Return(61, "login", "bob", {}, 1000, 0, 1);
+                 }));
+  c.emplace_back("inspect_nested_with_and_without_tenant", Request([](RequestBuilder& b) {
+                   b.Check(62, "api_key", "k-2", "acme");
+                   b.Inspect(63, "api_key", "k-2", "acme");
+                   b.Inspect(64, "api_key", "k-2");
                  }));
   {
     // At the key bound, reclaiming expired keys can take a key the op itself found: K

@@ -149,7 +149,7 @@ TEST_F(CtlNode, CheckReportsErrorsAndExitsOne) {
   EXPECT_EQ(nlohmann::json::parse(o.out)["errors"], 3);
   EXPECT_EQ(o.err,
             "limiterctl check: BadRequest: limits[0]: policy 'api_key' nests under 'tenant'; the "
-            "op needs a tenant\n");
+            "request needs a tenant\n");
   o = Ctl({"check", "--server", "127.0.0.1:1", "--policy", "login", "--key", "k"});
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(o.err, "limiterctl check: connect to 127.0.0.1:1: Connection refused\n");

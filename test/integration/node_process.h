@@ -63,11 +63,12 @@ inline RunningNode StartNode(std::vector<std::string> args) {
 // they start (port 0 cannot be: every node needs every address).
 using limiter::PickFreePort;
 
-// Starts a node of a cluster on a given address.
+// Starts a node of a cluster on a given address, its member list at `generation`.
 inline RunningNode StartMember(const std::string& self, const std::string& members,
-                               const std::string& policies) {
+                               const std::string& policies, uint64_t generation = 1) {
   return Launch({"--listen", self, "--admin", "127.0.0.1:0", "--members", members, "--self",
-                 self, "--policies", policies, "--threads", "1"});
+                 self, "--policies", policies, "--threads", "1", "--generation",
+                 std::to_string(generation)});
 }
 
 }  // namespace limiter::testing

@@ -5,12 +5,10 @@
 #include <vector>
 
 #include "common/key_limiter.h"
+#include "test/unit/test_printers.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
-
-// Names the algorithm in gtest's messages instead of "1-byte object".
-void PrintTo(Algorithm a, std::ostream* os) { *os << AlgorithmName(a); }
 
 namespace {
 
@@ -284,35 +282,6 @@ TEST_P(Properties, FreshStatesDecideLikeFreshKeys) {
     }
   }
   EXPECT_GT(fresh_seen, 0);
-}
-
-// Returning units right after taking them leaves the key as if it had never been charged;
-// returning them later never lets the key admit more than a twin that was never charged.
-TEST_P(Properties, ReturnedUnitsAreAsIfNeverCharged) {
-  const uint64_t seed = TestSeed();
-  SCOPED_TRACE(SeedTrace(seed));
-  std::mt19937_64 rng(seed);
-  const Algorithm a = GetParam();
-  for (int round = 0; round < 200; ++round) {
-    const RandomCase c = MakeCase(rng);
-    KeyLimiter leased(a);
-    KeyLimiter twin(a);
-    for (size_t i = 0; i < c.requests.size(); ++i) {
-      const Request& r = c.requests[i];
-      if (i % 5 == 2) {
-        // Lease `cost` units now; give them back unspent at the next request's time.
-        const int64_t returned_at = i + 1 < c.requests.size() ? c.requests[i + 1].t : r.t;
-        if (leased.Decide(c.rate, r.t, r.cost).allowed) {
-          leased.Return(c.rate, returned_at, r.cost, r.t);
-        }
-        continue;
-      }
-      const Decision x = leased.Decide(c.rate, r.t, r.cost);
-      const Decision y = twin.Decide(c.rate, r.t, r.cost);
-      ASSERT_EQ(x.allowed, y.allowed) << "t=" << r.t << " cost=" << r.cost;
-      ASSERT_EQ(x.remaining, y.remaining) << "t=" << r.t;
-    }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, Properties, ::testing::ValuesIn(kAllAlgorithms),

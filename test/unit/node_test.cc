@@ -160,16 +160,22 @@ TEST_F(NodeTest, LeaseGrantsWhatTheWholeChainHasAndReturnGivesItBack) {
   EXPECT_EQ(first.granted_at_ms(), clock_.NowMs());
   EXPECT_EQ(first.lease_ttl_ms(), 2000);
   EXPECT_EQ(first.suggested_lease(), 4);
+  const uint64_t first_lease = first.lease_id();
+  EXPECT_NE(first_lease, 0u);
   b.Lease(2, "leased", "k", "", 7);
-  EXPECT_EQ(One(b).granted(), 3);
+  const wire::OpReply& second = One(b);
+  EXPECT_EQ(second.granted(), 3);
+  EXPECT_NE(second.lease_id(), first_lease);
   b.Lease(3, "leased", "k", "", 7);
   const wire::OpReply& empty = One(b);
   EXPECT_EQ(empty.granted(), 0);
   EXPECT_FALSE(empty.allowed());
   EXPECT_EQ(empty.retry_after_ms(), 700);  // until all seven asked for are there again
   const int64_t leased_at = clock_.NowMs();
-  b.Return(4, "leased", "k", "", 5, leased_at);
-  EXPECT_EQ(One(b).status(), wire::Status::Ok);
+  b.Return(4, "leased", "k", "", 5, leased_at, first_lease);
+  const wire::OpReply& returned = One(b);
+  EXPECT_EQ(returned.status(), wire::Status::Ok);
+  EXPECT_EQ(returned.granted(), 5);  // units given back
   b.Lease(5, "leased", "k", "", 9);
   EXPECT_EQ(One(b).granted(), 5);
 
@@ -242,14 +248,25 @@ TEST_F(NodeTest, BadOpsGetErrorRepliesAndTheRestOfTheFrameIsServed) {
   }
   b.Check(1, "api_key", "k");
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
-            "limits[0]: policy 'api_key' nests under 'tenant'; the op needs a tenant");
+            "limits[0]: policy 'api_key' nests under 'tenant'; the request needs a tenant");
   b.Lease(1, "ip", "k", "", 1);
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
             "policy 'ip' is mode: strict; it takes CHECK, not LEASE");
-  b.Return(1, "leased", "k", "", 1, clock_.NowMs() + 1);
+  b.Return(1, "leased", "k", "", 1, clock_.NowMs() + 1, 77);
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
             "leased_at_ms " + std::to_string(clock_.NowMs() + 1) +
                 " is not a time this node granted a lease");
+  b.Return(1, "leased", "k", "", 1, clock_.NowMs(), 0);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "RETURN needs the lease_id of the LEASE its units came from");
+  b.Return(1, "leased", "k", "", 1, clock_.NowMs(), 77);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "lease 77 is not outstanding on this node (never granted here, lapsed, or granted "
+            "before the node restarted)");
+  b.Return(1, "ip", "k", "", 1, clock_.NowMs(), 77);
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
+            "policy 'ip' is mode: strict; nothing of it is ever leased, so nothing can be "
+            "returned");
   const std::pair<std::string_view, std::string_view> twice[] = {{"ip", "a"}, {"ip", "a"}};
   b.CheckMany(1, twice, "", 1);
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "limits[1] repeats an earlier limit");
@@ -442,12 +459,16 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
   EXPECT_EQ(ops->Get(1)->members()->Get(1)->str(), "n2:1");
   EXPECT_EQ(ops->Get(1)->error()->str(), "limits[0]: n1:1 does not own '" + theirs + "'; " +
                                              ring.Owner(theirs) + " does (ring " +
-                                             std::to_string(ring.version()) + ")");
+                                             std::to_string(ring.version()) + ", generation 0)");
+  EXPECT_EQ(ops->Get(1)->owner()->str(), ring.Owner(theirs));
   EXPECT_EQ(ops->Get(2)->status(), wire::Status::Ok);  // routed by its tenant, which is mine
   EXPECT_EQ(ops->Get(3)->status(), wire::Status::WrongOwner);
 
-  EXPECT_TRUE(node.SetMembers({"n2:1", "n3:1"}).has_value());  // n1 would not be in it
-  EXPECT_FALSE(node.SetMembers({"n1:1"}).has_value());
+  EXPECT_TRUE(node.SetMembers({"n2:1", "n3:1"}, 1).has_value());  // n1 would not be in it
+  EXPECT_FALSE(node.SetMembers({"n1:1"}, 2).has_value());
+  EXPECT_EQ(node.membership()->generation, 2u);
+  EXPECT_FALSE(node.SetMembers({"n1:1", "n2:1"}, 1).has_value());  // older: ignored
+  EXPECT_EQ(node.ring()->members().size(), 1u);
   out.clear();
   b.Clear();
   b.Check(5, "ip", theirs);

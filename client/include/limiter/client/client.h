@@ -38,6 +38,10 @@ enum class Source : uint8_t {
 };
 std::string_view SourceName(Source source);
 
+// Decision::retry_after of a request that can never be admitted (its cost is above what the
+// limit can ever hold).
+inline constexpr std::chrono::milliseconds kRetryNever = std::chrono::milliseconds::max();
+
 // A held slot of a capacity limit's local shedder (only for capacity-class fallback
 // decisions); the slot is freed when the Permit is destroyed, so keep it for as long as the
 // request runs.
@@ -83,6 +87,10 @@ struct Options {
   // The nodes: host:port each; or one DNS name:port whose addresses are the nodes (a
   // Kubernetes headless service), resolved again every dns_refresh.
   std::vector<std::string> members;
+  // The generation of `members`: the client adopts a member list from a node only when its
+  // generation is larger (a node with an older list cannot take it back). Give the nodes'
+  // --generation. With members_dns, the generation is the time of the DNS answer.
+  uint64_t members_generation = 0;
   std::string members_dns;
   std::chrono::milliseconds dns_refresh{5000};
   // The policy file the nodes load (the same file).
@@ -111,6 +119,7 @@ struct Counters {
   uint64_t units_expired = 0;
   uint64_t units_returned = 0;
   uint64_t nodes_down = 0;             // nodes marked down right now
+  uint64_t rings_adopted = 0;          // newer member lists adopted (from nodes or DNS)
   // Memory: local buckets and fallback limiters held now. Idle ones are dropped as new keys
   // come, so these follow the keys in use rather than every key ever seen.
   uint64_t local_buckets = 0;

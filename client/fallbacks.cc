@@ -1,0 +1,264 @@
+#include "client/fallbacks.h"
+
+#include <algorithm>
+
+#include "common/protocol.h"
+
+namespace limiter {
+namespace {
+
+// Fallback limiters per gateway before the first sweep for fresh ones.
+constexpr size_t kFirstSweep = 64;
+
+}  // namespace
+
+struct Fallbacks::Shedder {
+  std::mutex mu;
+  int64_t in_use = 0;                                            // guarded by mu
+  std::deque<std::pair<uint64_t, std::shared_ptr<Done>>> queue;  // guarded by mu
+  uint64_t next_ticket = 0;                                      // guarded by mu
+};
+
+Fallbacks::Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms,
+                     Scheduler& scheduler, ClientCounters& counters)
+    : policies_(policies),
+      scheduler_(scheduler),
+      counters_(counters),
+      deny_retry_ms_(deny_retry_ms) {
+  const int64_t n = std::max(1, gateways);
+  for (const Policy& p : policies_.policies()) {
+    // L/N per W is L per N*W, exactly; the burst shrinks the same way.
+    Rate share = p.rate;
+    if (!p.fallback.allow_overshoot && n > 1) {
+      const int64_t burst = std::max<int64_t>(1, p.rate.burst() / n);
+      if (!Rate::Invalid(p.rate.limit(), p.rate.window_ms() * n, burst)) {
+        share = Rate(p.rate.limit(), p.rate.window_ms() * n, burst);
+      } else {
+        share = Rate(std::max<int64_t>(1, p.rate.limit() / n), p.rate.window_ms(), burst);
+      }
+    }
+    contract_.push_back(share);
+    shedders_.push_back(std::make_unique<Shedder>());
+  }
+}
+
+Fallbacks::~Fallbacks() = default;
+
+void Fallbacks::Finish(client::Decision d, const Done& done) {
+  counters_.Count(d);
+  done(std::move(d));
+}
+
+void Fallbacks::Decide(const ResolvedRequest& r, const std::string& owner, Done done) {
+  const Policy& p = *r.policy;
+  ClientCounters::Add(counters_.fallback_by_class[static_cast<size_t>(p.limit_class)]);
+  client::Decision d;
+  d.policy = p.name;
+  d.limit = p.rate.limit();
+  d.window_ms = p.rate.window_ms();
+  d.source = client::Source::kFallback;
+  switch (p.limit_class) {
+    case LimitClass::kSecurity:
+    case LimitClass::kContract:
+      LocalLimits(r, std::move(d), std::move(done));
+      return;
+    case LimitClass::kBilling: {
+      // Fail open, and owe the owner what was used.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Debt& debt = debts_[r.id];
+        if (debt.key.empty()) {
+          debt.policy = r.index;
+          debt.key = std::string(r.key);
+          debt.tenant = std::string(r.tenant);
+        }
+        debt.owner = owner;
+        debt.units += r.cost;
+      }
+      d.allowed = true;
+      Finish(std::move(d), done);
+      return;
+    }
+    case LimitClass::kCapacity:
+      Shed(r, std::move(d), std::move(done));
+      return;
+  }
+}
+
+// A local limiter per key for the policy and every ancestor of the same kind: all of them
+// pass, or none is charged.
+void Fallbacks::LocalLimits(const ResolvedRequest& r, client::Decision d, Done done) {
+  const int64_t now_ms = scheduler_.NowUs() / 1000;
+  struct Local {
+    KeyId id;
+    const Policy* policy;
+    const Rate* rate;
+  };
+  std::vector<Local> locals;
+  for (const Policy* q : policies_.Chain(*r.policy)) {
+    const Rate* rate = nullptr;
+    if (q->limit_class == LimitClass::kSecurity && q->fallback.local_rate) {
+      rate = &*q->fallback.local_rate;
+    } else if (q->limit_class == LimitClass::kContract) {
+      rate = &contract_[static_cast<size_t>(q - policies_.policies().data())];
+    } else if (q->limit_class == LimitClass::kSecurity) {
+      // A security limit with no local limit denies while its owner is away.
+      d.allowed = false;
+      d.policy = q->name;
+      d.retry_after = std::chrono::milliseconds(deny_retry_ms_);
+      Finish(std::move(d), done);
+      return;
+    } else {
+      continue;
+    }
+    const KeyId id = q == r.policy ? protocol::LimitId(*q, r.key, r.tenant)
+                                   : protocol::AncestorId(*q, r.tenant);
+    locals.push_back({id, q, rate});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (limits_.size() >= sweep_at_) {
+      // Keys whose local limiter is back to fresh carry nothing: drop them, so the
+      // fallback's memory follows the keys in use, not every key ever seen.
+      std::erase_if(limits_, [&](const auto& entry) {
+        return entry.second.limiter.IsFresh(*entry.second.rate, now_ms);
+      });
+      sweep_at_ = std::max(kFirstSweep, 2 * limits_.size());
+    }
+    std::vector<KeyLimiter*> limiters;
+    d.allowed = true;
+    for (const Local& l : locals) {
+      KeyLimiter& limiter =
+          limits_.try_emplace(l.id, LocalLimit{KeyLimiter(l.policy->algorithm), l.rate})
+              .first->second.limiter;
+      limiters.push_back(&limiter);
+      const Decision peek = limiter.Peek(*l.rate, now_ms, r.cost);
+      if (!peek.allowed && d.allowed) {
+        d.allowed = false;
+        d.policy = l.policy->name;
+        d.limit = l.rate->limit();
+        d.window_ms = l.rate->window_ms();
+        d.retry_after = peek.retry_after_ms == kNever
+                            ? client::kRetryNever
+                            : std::chrono::milliseconds(peek.retry_after_ms);
+        d.reset = std::chrono::milliseconds(peek.reset_after_ms);
+        d.remaining = 0;
+      }
+    }
+    if (d.allowed) {
+      for (size_t i = 0; i < limiters.size(); ++i) {
+        const Decision x = limiters[i]->Decide(*locals[i].rate, now_ms, r.cost);
+        if (i == 0) {
+          d.remaining = x.remaining;
+          d.reset = std::chrono::milliseconds(x.reset_after_ms);
+        }
+      }
+    }
+  }
+  Finish(std::move(d), done);
+}
+
+void Fallbacks::Shed(const ResolvedRequest& r, client::Decision d, Done done) {
+  const Policy& p = *r.policy;
+  Shedder& s = *shedders_[static_cast<size_t>(r.index)];
+  auto waiting = std::make_shared<Done>(std::move(done));
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (s.in_use < p.fallback.max_concurrency) {
+    ++s.in_use;
+    lock.unlock();
+    GrantSlot(r.index, waiting);
+    return;
+  }
+  if (static_cast<int64_t>(s.queue.size()) >= p.fallback.max_queue) {
+    lock.unlock();
+    d.allowed = false;
+    d.retry_after = std::chrono::milliseconds(p.fallback.queue_timeout_ms);
+    Finish(std::move(d), *waiting);
+    return;
+  }
+  // Wait for a slot, at most queue_timeout.
+  const uint64_t ticket = s.next_ticket++;
+  s.queue.emplace_back(ticket, waiting);
+  lock.unlock();
+  scheduler_.After(p.fallback.queue_timeout_ms * 1000, [this, &s, &p, ticket] {
+    std::shared_ptr<Done> expired;
+    {
+      std::lock_guard<std::mutex> guard(s.mu);
+      auto it = std::find_if(s.queue.begin(), s.queue.end(),
+                             [&](const auto& q) { return q.first == ticket; });
+      if (it == s.queue.end()) return;  // it got a slot
+      expired = std::move(it->second);
+      s.queue.erase(it);
+    }
+    client::Decision denied;
+    denied.policy = p.name;
+    denied.limit = p.rate.limit();
+    denied.window_ms = p.rate.window_ms();
+    denied.source = client::Source::kFallback;
+    Finish(std::move(denied), *expired);
+  });
+}
+
+void Fallbacks::GrantSlot(int policy, const std::shared_ptr<Done>& done) {
+  const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+  client::Decision d;
+  d.allowed = true;
+  d.policy = p.name;
+  d.limit = p.rate.limit();
+  d.window_ms = p.rate.window_ms();
+  d.source = client::Source::kFallback;
+  d.permit = client::Permit([this, policy] { ReleaseSlot(policy); });
+  Finish(std::move(d), *done);
+}
+
+void Fallbacks::ReleaseSlot(int policy) {
+  Shedder& s = *shedders_[static_cast<size_t>(policy)];
+  std::shared_ptr<Done> next;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.queue.empty()) {
+      --s.in_use;
+      return;
+    }
+    next = std::move(s.queue.front().second);  // the slot passes on
+    s.queue.pop_front();
+  }
+  scheduler_.Post([this, policy, next] { GrantSlot(policy, next); });
+}
+
+std::vector<Fallbacks::DebtCall> Fallbacks::TakeDebts(const std::string& owner, size_t max,
+                                                      int64_t now_us) {
+  std::vector<DebtCall> calls;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, debt] : debts_) {
+    if (calls.size() == max) break;
+    if (debt.owner != owner || debt.in_flight || debt.units <= 0 || debt.due_us > now_us) {
+      continue;
+    }
+    debt.in_flight = true;
+    calls.push_back({id, debt.policy, debt.key, debt.tenant, std::min(debt.units, kMaxCost)});
+  }
+  return calls;
+}
+
+bool Fallbacks::SettleDebt(const KeyId& id, int64_t paid, bool refused, int64_t retry_at_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = debts_.find(id);
+  if (it == debts_.end()) return true;
+  Debt& debt = it->second;
+  debt.in_flight = false;
+  debt.units -= paid;
+  if (debt.units > 0 && !refused) {
+    debt.due_us = retry_at_us;
+    return false;
+  }
+  debts_.erase(it);
+  return true;
+}
+
+size_t Fallbacks::limiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limits_.size();
+}
+
+}  // namespace limiter

@@ -1,0 +1,95 @@
+// Fallbacks: what a gateway decides by itself while a key's owner is slow or down, by the
+// policy's class (DESIGN.md): security to its strict local limit (or deny), contract to a
+// local bucket at L/N (or L with overshoot), billing open with the usage owed to the owner,
+// capacity to a local shedder. Every fallback decision is counted by class.
+//
+// Billing debts are paid back by leasing the owed units from the owner once it is back,
+// paced: at most a few calls in flight per node, so that a returning node is not stormed.
+//
+// Thread-safety: any thread. The local limits and debts share one mutex; each capacity
+// shedder has its own. Callbacks run with no lock held.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "client/client_counters.h"
+#include "client/resolved_request.h"
+#include "client/scheduler.h"
+#include "common/key_id.h"
+#include "common/key_limiter.h"
+#include "common/policy.h"
+#include "limiter/client/client.h"
+
+namespace limiter {
+
+class Fallbacks {
+ public:
+  using Done = std::function<void(client::Decision)>;
+
+  Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms, Scheduler& scheduler,
+            ClientCounters& counters);
+  ~Fallbacks();
+  Fallbacks(const Fallbacks&) = delete;
+  Fallbacks& operator=(const Fallbacks&) = delete;
+
+  // Decides `r` by its class; `owner` is where a billing debt is owed. `done` runs now, or
+  // (a capacity request waiting for a slot) later on the scheduler's thread.
+  void Decide(const ResolvedRequest& r, const std::string& owner, Done done);
+
+  // A lease that pays back part of a debt.
+  struct DebtCall {
+    KeyId id;
+    int policy = 0;
+    std::string key, tenant;
+    int64_t units = 0;
+  };
+  // The debts owed to `owner` that are due and have no call in flight, at most `max` of
+  // them, now in flight.
+  std::vector<DebtCall> TakeDebts(const std::string& owner, size_t max, int64_t now_us);
+  // The answer to a debt's lease: `paid` units (0 on failure); `refused`: the owner never
+  // will take it (the policy is strict there). A debt not paid in full is due again at
+  // retry_at_us. True when the debt is settled or dropped.
+  bool SettleDebt(const KeyId& id, int64_t paid, bool refused, int64_t retry_at_us);
+
+  size_t limiters() const;
+
+ private:
+  struct LocalLimit {
+    KeyLimiter limiter;
+    const Rate* rate;  // into contract_ or a policy's fallback
+  };
+  struct Debt {
+    int policy = 0;
+    std::string key, tenant, owner;
+    int64_t units = 0;
+    bool in_flight = false;
+    int64_t due_us = 0;
+  };
+  struct Shedder;
+  void LocalLimits(const ResolvedRequest& r, client::Decision d, Done done);
+  void Shed(const ResolvedRequest& r, client::Decision d, Done done);
+  void GrantSlot(int policy, const std::shared_ptr<Done>& done);
+  void ReleaseSlot(int policy);
+  void Finish(client::Decision d, const Done& done);
+
+  const PolicySet& policies_;
+  Scheduler& scheduler_;
+  ClientCounters& counters_;
+  const int64_t deny_retry_ms_;
+  std::vector<Rate> contract_;  // per policy: L/N (or L with overshoot)
+  mutable std::mutex mu_;
+  std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_;  // guarded by mu_
+  size_t sweep_at_ = 64;                                      // guarded by mu_
+  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;          // guarded by mu_
+  std::vector<std::unique_ptr<Shedder>> shedders_;           // per policy; own mutexes
+};
+
+}  // namespace limiter

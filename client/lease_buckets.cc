@@ -1,0 +1,459 @@
+#include "client/lease_buckets.h"
+
+#include <algorithm>
+
+#include "common/limits.h"
+
+namespace limiter {
+namespace {
+
+constexpr size_t kShards = 256;
+// Local buckets per shard before the first sweep for idle ones (then twice what remained).
+constexpr size_t kFirstSweep = 64;
+// A key its owner said is out backs off at most this long before asking again.
+constexpr int64_t kMaxBackoffUs = 1'000'000;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// What a fresh key admits at once: a bucket's burst, a window's limit.
+int64_t FullAllowance(const Policy& p) {
+  switch (p.algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kGcra:
+    case Algorithm::kLeakyBucket: return p.rate.burst();
+    default: return p.rate.limit();
+  }
+}
+
+}  // namespace
+
+struct alignas(64) LeaseBuckets::Bucket {  // own cache lines: other threads' keys
+  struct Batch {
+    int64_t units;
+    int64_t expires_us;
+    int64_t granted_at_ms;  // node time, for RETURN
+    uint64_t lease_id;      // for RETURN
+    int64_t lease_units;    // what that lease granted: the most RETURN may give back of it
+    SubBucket sub;          // where it was leased from, for RETURN
+  };
+  // The leases not yet spent, oldest first, inline (no allocation on the request path).
+  class Batches {
+   public:
+    bool empty() const { return size_ == 0; }
+    const Batch* begin() const { return items_.data(); }
+    const Batch* end() const { return items_.data() + size_; }
+    Batch& front() { return items_[0]; }
+    void pop_front() {
+      for (size_t i = 1; i < size_; ++i) items_[i - 1] = items_[i];
+      --size_;
+    }
+    void clear() { size_ = 0; }
+    void push_back(const Batch& b) {
+      if (size_ == items_.size()) {
+        // Full: fold the oldest two into one that lapses at the earlier time. Units are
+        // spent oldest first, so what is left of it belongs to the newer lease, which is the
+        // one a RETURN names (the older one's units simply lapse if any are left).
+        items_[1].units += items_[0].units;
+        items_[1].expires_us = std::min(items_[0].expires_us, items_[1].expires_us);
+        pop_front();
+      }
+      items_[size_++] = b;
+    }
+
+   private:
+    std::array<Batch, 8> items_;
+    size_t size_ = 0;
+  };
+  struct Waiter {
+    int64_t cost;
+    int64_t deadline_us;
+    Done done;
+  };
+
+  int policy = 0;
+  std::string key, tenant;
+  Batches batches;
+  int64_t units = 0;  // sum over batches
+  int64_t lease_size = 1;
+  int64_t store_remaining = 0;
+  bool lease_in_flight = false;
+  int64_t asked = 0;  // units the lease in flight asked for
+  // After the owner had less than asked for: no new lease before this time, and requests
+  // the bucket cannot pay are denied here.
+  int64_t next_lease_us = 0;
+  // Refill below this many units: the units spent during a lease's round trip.
+  int64_t watermark = 1;
+  int64_t lease_sent_us = 0;
+  int64_t last_reply_us = 0;
+  int64_t spent_since_reply = 0;
+  std::deque<Waiter> waiters;
+  int64_t waiting_units = 0;  // sum of the waiters' costs
+  bool timer_armed = false;
+
+  void Expire(int64_t now_us, uint64_t* expired) {
+    while (!batches.empty() && batches.front().expires_us <= now_us) {
+      units -= batches.front().units;
+      *expired += static_cast<uint64_t>(batches.front().units);
+      batches.pop_front();
+    }
+  }
+  void Take(int64_t cost) {
+    units -= cost;
+    while (cost > 0) {
+      const int64_t take = std::min(cost, batches.front().units);
+      batches.front().units -= take;
+      cost -= take;
+      if (batches.front().units == 0) batches.pop_front();
+    }
+  }
+  bool Idle(int64_t now_us) const {
+    return units == 0 && waiters.empty() && !lease_in_flight && now_us >= next_lease_us;
+  }
+};
+
+struct alignas(64) LeaseBuckets::Shard {  // one cache line apart: threads on other shards
+  std::mutex mu;
+  std::unordered_map<KeyId, Bucket, KeyIdHash> buckets;  // guarded by mu
+  size_t sweep_at = kFirstSweep;                         // guarded by mu
+  uint64_t lease_allowed = 0;                            // guarded by mu
+  uint64_t lease_denied = 0;                             // guarded by mu
+  uint64_t expired = 0;                                  // guarded by mu
+};
+
+LeaseBuckets::LeaseBuckets(const PolicySet& policies, Options options, ClientCounters& counters)
+    : policies_(policies), options_(options), counters_(counters) {
+  for (const Policy& p : policies_.policies()) {
+    int64_t cap = kMaxCost;
+    for (const Policy* q : policies_.Chain(p)) cap = std::min(cap, FullAllowance(*q));
+    capacity_.push_back(cap);
+  }
+  for (size_t i = 0; i < kShards; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+LeaseBuckets::~LeaseBuckets() = default;
+
+client::Decision LeaseBuckets::Answer(const Policy& p, bool allowed) const {
+  client::Decision d;
+  d.allowed = allowed;
+  d.policy = p.name;
+  d.limit = p.rate.limit();
+  d.window_ms = p.rate.window_ms();
+  return d;
+}
+
+bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
+                         client::Decision* out, bool* refill) {
+  b.Expire(now_us, &shard.expired);
+  *refill = false;
+  if (!b.waiters.empty()) return false;  // they are first in line
+  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+  if (b.units < cost) {
+    if (now_us >= b.next_lease_us) return false;
+    ++shard.lease_denied;
+    *out = Answer(p, false);
+    out->remaining = b.units;
+    out->retry_after = std::chrono::milliseconds(CeilDiv(b.next_lease_us - now_us, 1000));
+    out->source = client::Source::kStore;  // the store said the key is out
+    return true;
+  }
+  b.Take(cost);
+  b.spent_since_reply += cost;
+  ++shard.lease_allowed;
+  *out = Answer(p, true);
+  out->remaining = b.units + b.store_remaining;
+  out->source = client::Source::kLease;
+  // Top up in the background below the watermark, so a warm key never waits.
+  *refill = !b.lease_in_flight && b.units < b.watermark && now_us >= b.next_lease_us;
+  if (*refill) b.lease_in_flight = true;
+  return true;
+}
+
+bool LeaseBuckets::TrySpend(const KeyId& id, std::string_view operation, int64_t cost,
+                            int64_t now_us, client::Decision* out, bool* refill) {
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return false;
+  Bucket& b = it->second;
+  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+  if (!operation.empty()) {
+    cost = p.CostOf(operation);
+    // An operation that costs the chain's limits differently is a CHECK, not a lease.
+    for (const Policy* q : policies_.Chain(p)) {
+      if (q->CostOf(operation) != cost || q->mode != LeaseMode::kLease) return false;
+    }
+  } else if (cost < 1 || cost > kMaxCost) {
+    return false;
+  }
+  if (cost > capacity_[static_cast<size_t>(b.policy)]) return false;  // never: said elsewhere
+  return Spend(shard, b, cost, now_us, out, refill);
+}
+
+bool LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done,
+                                client::Decision* out, bool* refill, Queued* queued) {
+  Shard& shard = ShardOf(r.id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.buckets.size() >= shard.sweep_at && !shard.buckets.contains(r.id)) {
+    SweepIdle(shard, now_us);
+  }
+  auto [it, created] = shard.buckets.try_emplace(r.id);
+  Bucket& b = it->second;
+  if (created) {
+    b.policy = r.index;
+    b.key = std::string(r.key);
+    b.tenant = std::string(r.tenant);
+    b.lease_size = r.policy->LeaseSize();
+  }
+  if (Spend(shard, b, r.cost, now_us, out, refill)) return true;
+  b.waiters.push_back({r.cost, now_us + options_.deadline_us, std::move(done)});
+  b.waiting_units += r.cost;
+  queued->lease = !b.lease_in_flight;
+  b.lease_in_flight = true;
+  queued->arm_timer = !b.timer_armed;
+  b.timer_armed = true;
+  queued->timer_at_us = b.waiters.front().deadline_us;
+  return false;
+}
+
+bool LeaseBuckets::SpendHeld(const ResolvedRequest& r, int64_t now_us, client::Decision* out) {
+  Shard& shard = ShardOf(r.id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(r.id);
+  if (it == shard.buckets.end()) return false;
+  Bucket& b = it->second;
+  bool refill = false;
+  const bool lease_was_in_flight = b.lease_in_flight;
+  if (!Spend(shard, b, r.cost, now_us, out, &refill)) return false;
+  if (refill) b.lease_in_flight = lease_was_in_flight;  // no refill while the owner is away
+  return true;
+}
+
+void LeaseBuckets::SweepIdle(Shard& shard, int64_t now_us) {
+  for (auto it = shard.buckets.begin(); it != shard.buckets.end();) {
+    it->second.Expire(now_us, &shard.expired);
+    it = it->second.Idle(now_us) ? shard.buckets.erase(it) : std::next(it);
+  }
+  shard.sweep_at = std::max(kFirstSweep, 2 * shard.buckets.size());
+}
+
+std::optional<LeaseBuckets::Ask> LeaseBuckets::NextLease(const KeyId& id, int64_t now_us) {
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return std::nullopt;
+  Bucket& b = it->second;
+  b.Expire(now_us, &shard.expired);
+  // Enough for every request waiting, and a lease's worth at least; never more than one
+  // request could ever be admitted.
+  const int64_t wanted = std::max(b.lease_size, b.waiting_units) - b.units;
+  b.asked = std::clamp<int64_t>(wanted, 1, capacity_[static_cast<size_t>(b.policy)]);
+  b.lease_sent_us = now_us;
+  b.lease_in_flight = true;
+  return Ask{b.policy, b.key, b.tenant, b.asked};
+}
+
+int64_t LeaseBuckets::Backoff(const Bucket& b, const Policy& p, int64_t retry_after_ms,
+                              int64_t now_us, const KeyId& id) const {
+  // When this gateway's share of the rate (1/N) would have refilled a lease, or when the
+  // owner says the rest is there, whichever is later; within [1 ms, 1 s]. With N gateways
+  // asking in turn, the owner sees about one lease per lease's worth of units the key earns.
+  const __int128 share = static_cast<__int128>(b.lease_size) * p.rate.window_ms() * 1000 *
+                         std::max(1, options_.gateways) / p.rate.limit();
+  const __int128 rest = static_cast<__int128>(std::max<int64_t>(0, retry_after_ms)) * 1000;
+  const int64_t wait =
+      static_cast<int64_t>(std::clamp<__int128>(std::max(share, rest), 1000, kMaxBackoffUs));
+  // Jitter in [0.5, 1.5): gateways that were told together come back apart.
+  const uint64_t mix = (id.lo ^ static_cast<uint64_t>(now_us) ^ static_cast<uint64_t>(b.asked)) *
+                       0x9e3779b97f4a7c15ULL;
+  return now_us + wait / 2 + static_cast<int64_t>((mix >> 32) % static_cast<uint64_t>(wait));
+}
+
+void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Settled& s) {
+  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+  std::deque<Bucket::Waiter> waiting;
+  for (Bucket::Waiter& w : b.waiters) {
+    if (b.units >= w.cost) {
+      b.Take(w.cost);
+      client::Decision d = Answer(p, true);
+      d.remaining = b.units + b.store_remaining;
+      d.source = client::Source::kStore;
+      s.answers.emplace_back(std::move(w.done), std::move(d));
+    } else if (owner_short) {
+      client::Decision d = Answer(p, false);
+      d.remaining = b.units;
+      d.retry_after = std::chrono::milliseconds(
+          std::max<int64_t>(1, CeilDiv(b.next_lease_us - now_us, 1000)));
+      d.source = client::Source::kStore;
+      s.answers.emplace_back(std::move(w.done), std::move(d));
+    } else {
+      waiting.push_back(std::move(w));
+    }
+  }
+  b.waiters = std::move(waiting);
+  b.waiting_units = 0;
+  for (const Bucket::Waiter& w : b.waiters) b.waiting_units += w.cost;
+}
+
+LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int64_t now_us) {
+  Settled s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return s;
+  Bucket& b = it->second;
+  b.lease_in_flight = false;
+  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+  if (g.granted > 0) {
+    b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
+                         g.granted, g.sub});
+    b.units += g.granted;
+    ClientCounters::Add(counters_.leases);
+    ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
+  }
+  b.lease_size = std::max(p.LeaseSize(), g.suggested_lease);
+  b.store_remaining = g.store_remaining;
+  if (b.last_reply_us > 0 && now_us > b.last_reply_us) {
+    const int64_t rtt = now_us - b.lease_sent_us;
+    const int64_t need = b.spent_since_reply * rtt / (now_us - b.last_reply_us);
+    b.watermark = std::clamp<int64_t>(need, 1, std::max<int64_t>(1, b.lease_size / 2));
+  }
+  b.last_reply_us = now_us;
+  b.spent_since_reply = 0;
+  // Short: the owner had less than asked, so the key is out of units across the fleet.
+  const bool owner_short = g.granted < g.wanted;
+  b.next_lease_us = owner_short ? Backoff(b, p, g.retry_after_ms, now_us, id) : 0;
+  b.Expire(now_us, &shard.expired);
+  ServeWaiters(b, owner_short, now_us, s);
+  if (owner_short && g.denied_by != nullptr) {
+    for (size_t i = 0; i < s.answers.size(); ++i) {
+      client::Decision& d = s.answers[i].second;
+      if (d.allowed) continue;
+      d.policy = g.denied_by->name;
+      d.limit = g.denied_by->rate.limit();
+      d.window_ms = g.denied_by->rate.window_ms();
+    }
+  }
+  // Requests that came while the lease was in flight and that it could not pay: the next
+  // store call is theirs.
+  s.lease_again = !b.waiters.empty();
+  if (s.lease_again) b.lease_in_flight = true;
+  return s;
+}
+
+LeaseBuckets::Settled LeaseBuckets::OnRefused(const KeyId& id, const std::string& error,
+                                              int64_t retry_after_ms, int64_t now_us) {
+  Settled s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return s;
+  Bucket& b = it->second;
+  b.lease_in_flight = false;
+  if (retry_after_ms > 0) b.next_lease_us = now_us + retry_after_ms * 1000;
+  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+  for (Bucket::Waiter& w : b.waiters) {
+    client::Decision d = Answer(p, false);
+    d.error = error;
+    d.retry_after = std::chrono::milliseconds(retry_after_ms);
+    d.source = client::Source::kStore;
+    s.answers.emplace_back(std::move(w.done), std::move(d));
+  }
+  b.waiters.clear();
+  b.waiting_units = 0;
+  return s;
+}
+
+LeaseBuckets::Settled LeaseBuckets::OnFailed(const KeyId& id) {
+  Settled s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return s;
+  Bucket& b = it->second;
+  b.lease_in_flight = false;
+  s.policy = b.policy;
+  s.key = b.key;
+  s.tenant = b.tenant;
+  for (Bucket::Waiter& w : b.waiters) s.fallbacks.emplace_back(std::move(w.done), w.cost);
+  b.waiters.clear();
+  b.waiting_units = 0;
+  return s;
+}
+
+LeaseBuckets::Settled LeaseBuckets::OnDeadline(const KeyId& id, int64_t now_us) {
+  Settled s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return s;
+  Bucket& b = it->second;
+  b.timer_armed = false;
+  s.policy = b.policy;
+  s.key = b.key;
+  s.tenant = b.tenant;
+  while (!b.waiters.empty() && b.waiters.front().deadline_us <= now_us) {
+    b.waiting_units -= b.waiters.front().cost;
+    s.fallbacks.emplace_back(std::move(b.waiters.front().done), b.waiters.front().cost);
+    b.waiters.pop_front();
+  }
+  if (!b.waiters.empty()) {
+    b.timer_armed = true;
+    s.arm_timer = true;
+    s.timer_at_us = b.waiters.front().deadline_us;
+  }
+  return s;
+}
+
+std::vector<LeaseBuckets::Unspent> LeaseBuckets::TakeUnspent(int64_t now_us) {
+  std::vector<Unspent> out;
+  for (const auto& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    for (auto& [id, b] : shard->buckets) {
+      b.Expire(now_us, &shard->expired);
+      for (const Bucket::Batch& batch : b.batches) {
+        out.push_back({b.policy, b.key, b.tenant, std::min(batch.units, batch.lease_units),
+                       batch.granted_at_ms, batch.lease_id, batch.sub});
+      }
+      b.batches.clear();
+      b.units = 0;
+    }
+  }
+  return out;
+}
+
+int64_t LeaseBuckets::HeldUnits(int64_t now_us) const {
+  int64_t held = 0;
+  for (const auto& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    for (const auto& [id, b] : shard->buckets) {
+      for (const Bucket::Batch& batch : b.batches) {
+        held += batch.expires_us > now_us ? batch.units : 0;
+      }
+    }
+  }
+  return held;
+}
+
+void LeaseBuckets::AddCounters(client::Counters& c) const {
+  for (const auto& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard->mu);
+    c.decisions += shard->lease_allowed + shard->lease_denied;
+    c.allowed += shard->lease_allowed;
+    c.denied += shard->lease_denied;
+    c.by_source[static_cast<size_t>(client::Source::kLease)] += shard->lease_allowed;
+    c.by_source[static_cast<size_t>(client::Source::kStore)] += shard->lease_denied;
+    c.units_expired += shard->expired;
+    c.local_buckets += shard->buckets.size();
+  }
+}
+
+std::optional<std::pair<const Policy*, std::string>> LeaseBuckets::KeyOf(const KeyId& id) {
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return std::nullopt;
+  return std::make_pair(&policies_.policies()[static_cast<size_t>(it->second.policy)],
+                        it->second.key);
+}
+
+}  // namespace limiter

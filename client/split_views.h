@@ -1,0 +1,67 @@
+// SplitViews: what this gateway knows of hot keys their owners split into sub-buckets
+// (hot keys, DESIGN.md). A view is valid for as long as the owner said, and renewed half way
+// through, reporting the ops this gateway sent to the sub-buckets since; ops go to the
+// sub-buckets in turn, each gateway starting at a different one.
+//
+// Thread-safety: any thread; one mutex guards the views.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "client/sub_bucket.h"
+#include "client/transport.h"
+#include "common/key_id.h"
+#include "common/policy.h"
+
+namespace limiter {
+
+class SplitViews {
+ public:
+  // The key a view is kept under: (policy, key) (only keys that do not nest split).
+  static KeyId IdOf(const Policy& p, std::string_view key);
+
+  // The sub-bucket for the next op on the key (in turn, counted as sent), or nullopt when
+  // it is not (known to be) split. *renew: the view is due for renewal (RenewSplit).
+  std::optional<SubBucket> Pick(const Policy& p, std::string_view key, int64_t now_us,
+                                bool* renew);
+  // The owner's answer about the key's split (a Split status or a SPLIT reply).
+  void Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us);
+  // After a denial by one sub-bucket: whether to try one other. Always while such second
+  // tries pay off now and then; when nearly all fail (the key is over its limit everywhere),
+  // only one denial in 16, so a denied request costs the cluster one op, not two.
+  bool TryOther(const Policy& p, std::string_view key);
+  void NoteOther(const Policy& p, std::string_view key, bool allowed);
+
+  // A renewal: the view's policy, key and the ops sent since the last one (reset), or nullopt
+  // when the view is gone.
+  struct Renewal {
+    const Policy* policy = nullptr;
+    std::string key;
+    int64_t sent = 0;
+  };
+  std::optional<Renewal> TakeRenewal(const KeyId& split_id);
+  void RenewalFailed(const KeyId& split_id);
+
+ private:
+  struct View {
+    const Policy* policy = nullptr;
+    std::string key;
+    SubBucket sub;  // k and epoch; index: the next to use
+    int64_t valid_until_us = 0;
+    int64_t renew_at_us = 0;
+    int64_t sent = 0;
+    bool renewing = false;
+    uint32_t other_tries = 0;  // second tries after a denial, and how many were allowed
+    uint32_t other_wins = 0;
+    uint32_t denials = 0;
+  };
+  std::mutex mu_;
+  std::unordered_map<KeyId, View, KeyIdHash> views_;  // guarded by mu_
+};
+
+}  // namespace limiter

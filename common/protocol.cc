@@ -1,0 +1,93 @@
+#include "common/protocol.h"
+
+#include <charconv>
+
+#include "common/rate.h"
+
+namespace limiter::protocol {
+namespace {
+
+std::string_view Decimal(char (&buf)[24], uint64_t v) {
+  const auto end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
+  return {buf, static_cast<size_t>(end - buf)};
+}
+
+}  // namespace
+
+std::string_view RoutingKey(const Policy& policy, std::string_view key, std::string_view tenant) {
+  return policy.parent_index >= 0 ? tenant : key;
+}
+
+void AppendSubBucketRoutingKey(std::string& out, std::string_view key, uint16_t index) {
+  char buf[24];
+  out.append(key);
+  out += '#';
+  out.append(Decimal(buf, index));
+}
+
+std::string SubBucketRoutingKey(std::string_view key, uint16_t index) {
+  std::string out;
+  AppendSubBucketRoutingKey(out, key, index);
+  return out;
+}
+
+KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenant) {
+  return policy.parent_index >= 0 ? MakeKeyId({policy.name, tenant, key})
+                                  : MakeKeyId({policy.name, key});
+}
+
+KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {
+  return LimitId(ancestor, tenant, tenant);
+}
+
+KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index) {
+  char e[24], i[24];
+  return MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)});
+}
+
+std::optional<std::string> KeyError(std::string_view key, std::string_view where) {
+  if (key.empty()) return std::string(where) + " is empty";
+  if (key.size() > kMaxKeyBytes) {
+    return std::string(where) + " is " + std::to_string(key.size()) + " bytes; at most " +
+           std::to_string(kMaxKeyBytes) + " are allowed";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> TenantError(std::string_view tenant) {
+  if (tenant.size() <= kMaxKeyBytes) return std::nullopt;
+  return "the tenant is " + std::to_string(tenant.size()) + " bytes; at most " +
+         std::to_string(kMaxKeyBytes) + " are allowed";
+}
+
+std::optional<std::string> CostError(int64_t cost) {
+  if (cost >= 1 && cost <= kMaxCost) return std::nullopt;
+  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " +
+         std::to_string(cost);
+}
+
+std::optional<std::string> OperationError(std::string_view operation) {
+  if (operation.size() <= kMaxNameBytes) return std::nullopt;
+  return "the operation is " + std::to_string(operation.size()) + " bytes; at most " +
+         std::to_string(kMaxNameBytes) + " are allowed";
+}
+
+std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index) {
+  if (split_k == 0) return std::nullopt;
+  if (split_k < 2 || split_k > 64 || (split_k & (split_k - 1)) != 0) {
+    return "split_k must be a power of two from 2 to 64, got " + std::to_string(split_k);
+  }
+  if (split_index >= split_k) {
+    return "split_index " + std::to_string(split_index) + " is not below split_k " +
+           std::to_string(split_k);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> MissingTenantError(const Policy& policy, std::string_view tenant) {
+  if (policy.parent_index < 0 || !tenant.empty()) return std::nullopt;
+  return "policy '" + policy.name + "' nests under '" + policy.parent +
+         "'; the request needs a tenant";
+}
+
+}  // namespace limiter::protocol

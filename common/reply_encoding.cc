@@ -1,0 +1,108 @@
+#include "common/reply_encoding.h"
+
+namespace limiter {
+namespace {
+
+flatbuffers::Offset<flatbuffers::String> Str(flatbuffers::FlatBufferBuilder& fbb,
+                                             std::string_view s) {
+  return fbb.CreateString(s.data(), s.size());
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Members(
+    flatbuffers::FlatBufferBuilder& fbb, std::span<const std::string> members) {
+  std::vector<flatbuffers::Offset<flatbuffers::String>> list;
+  list.reserve(members.size());
+  for (const std::string& m : members) list.push_back(fbb.CreateString(m));
+  return fbb.CreateVector(list);
+}
+
+}  // namespace
+
+flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb,
+                                                 uint64_t id, const ReplyFields& f) {
+  // Children first: FlatBuffers builds a table after everything it points to.
+  const auto error = f.error.empty() ? 0 : Str(fbb, f.error);
+  const auto denied_policy = f.denied_policy.empty() ? 0 : Str(fbb, f.denied_policy);
+  const auto results =
+      f.results.empty() ? 0 : fbb.CreateVectorOfStructs(f.results.data(), f.results.size());
+  flatbuffers::Offset<wire::KeyState> state;
+  if (f.state) {
+    std::vector<flatbuffers::Offset<wire::Stat>> fields;
+    for (const auto& [name, value] : f.state->fields) {
+      fields.push_back(wire::CreateStat(fbb, Str(fbb, name), value));
+    }
+    const auto algorithm = Str(fbb, f.state->algorithm);
+    state = wire::CreateKeyState(fbb, algorithm, f.state->tracked, fbb.CreateVector(fields));
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Stat>>> stats;
+  if (f.stats) {
+    std::vector<flatbuffers::Offset<wire::Stat>> list;
+    for (const auto& [name, value] : *f.stats) {
+      list.push_back(wire::CreateStat(fbb, fbb.CreateString(name), value));
+    }
+    stats = fbb.CreateVector(list);
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> members;
+  flatbuffers::Offset<flatbuffers::String> owner;
+  if (f.wrong_owner) {
+    members = Members(fbb, f.wrong_owner->members);
+    owner = Str(fbb, f.wrong_owner->owner);
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::HotKey>>> hot;
+  if (f.hot_keys) {
+    std::vector<flatbuffers::Offset<wire::HotKey>> list;
+    for (const ReplyFields::HotKey& k : *f.hot_keys) {
+      const auto policy = Str(fbb, k.policy);
+      const auto key = Str(fbb, k.key);
+      list.push_back(wire::CreateHotKey(fbb, policy, key, k.rate, k.denied_permille, k.split_k));
+    }
+    hot = fbb.CreateVector(list);
+  }
+  wire::OpReplyBuilder b(fbb);
+  b.add_id(id);
+  b.add_status(f.status);
+  if (!error.IsNull()) b.add_error(error);
+  b.add_allowed(f.allowed);
+  b.add_retry_after_ms(f.retry_after_ms);
+  b.add_denied_by(f.denied_by);
+  if (!denied_policy.IsNull()) b.add_denied_policy(denied_policy);
+  if (!results.IsNull()) b.add_results(results);
+  b.add_granted(f.granted);
+  b.add_granted_at_ms(f.granted_at_ms);
+  b.add_lease_ttl_ms(f.lease_ttl_ms);
+  b.add_suggested_lease(f.suggested_lease);
+  b.add_lease_id(f.lease_id);
+  if (!state.IsNull()) b.add_state(state);
+  if (!stats.IsNull()) b.add_stats(stats);
+  if (f.wrong_owner) {
+    b.add_ring_version(f.wrong_owner->ring_version);
+    b.add_members(members);
+    b.add_generation(f.wrong_owner->generation);
+    b.add_owner(owner);
+  }
+  if (f.split_k != 0) {
+    b.add_split_k(f.split_k);
+    b.add_split_epoch(f.split_epoch);
+    b.add_split_valid_ms(f.split_valid_ms);
+  }
+  if (!hot.IsNull()) b.add_hot_keys(hot);
+  return b.Finish();
+}
+
+flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBuilder& fbb,
+                                                       std::string_view node,
+                                                       uint32_t max_frame_bytes,
+                                                       const ReplyFields::Owner& ring) {
+  const auto name = Str(fbb, node);
+  const auto list = Members(fbb, ring.members);
+  wire::HelloReplyBuilder b(fbb);
+  b.add_protocol_version(kProtocolVersion);
+  b.add_ring_version(ring.ring_version);
+  b.add_node(name);
+  b.add_max_frame_bytes(max_frame_bytes);
+  b.add_members(list);
+  b.add_generation(ring.generation);
+  return b.Finish();
+}
+
+}  // namespace limiter

@@ -1,0 +1,230 @@
+// Node's operations on the store: CHECK, LEASE, RETURN and INSPECT, each atomic over the
+// stripes of the limits it touches (locked in ascending order), and the lease books that keep
+// RETURN honest (lease_book.h).
+#include <algorithm>
+
+#include "server/node.h"
+#include "server/node_internal.h"
+#include "server/sub_bucket.h"
+
+namespace limiter {
+
+bool Node::Save(Worker& w, const Store::StripeLock& lock, int64_t now) {
+  auto new_keys = [&] {
+    int64_t n = 0;
+    for (const Entry& e : w.entries) n += e.slot == nullptr;
+    return n;
+  };
+  if (const int64_t fresh = new_keys(); fresh > 0 && !store_.TryReserve(fresh)) {
+    // At the bound: expired keys go first. Reclaiming moves slots, and may take this op's
+    // own keys if they had expired, so find them again and count anew.
+    store_.ReclaimLocked(lock, now, options_.sweep_budget);
+    for (Entry& e : w.entries) e.slot = store_.Find(e.policy, e.id);
+    if (!store_.TryReserve(new_keys())) {
+      w.counters.refusals.Add();
+      return false;
+    }
+  }
+  // Existing keys first: an insert may move every slot of its table.
+  for (Entry& e : w.entries) {
+    if (e.slot) store_.Pack(e.policy, std::move(e.limiter), e.slot);
+  }
+  for (Entry& e : w.entries) {
+    if (!e.slot) store_.Pack(e.policy, std::move(e.limiter), store_.Insert(e.policy, e.id));
+  }
+  return true;
+}
+
+// The stripes of the op's entries, sorted and once each: the order to lock them in.
+void Node::CollectStripes(Worker& w) {
+  w.stripes.clear();
+  for (const Entry& e : w.entries) w.stripes.push_back(store_.StripeOf(e.id));
+  std::sort(w.stripes.begin(), w.stripes.end());
+  w.stripes.erase(std::unique(w.stripes.begin(), w.stripes.end()), w.stripes.end());
+}
+
+// With the entries' stripes locked: each entry's slot and state. A sub-bucket not yet made
+// starts drained: a split hands out no allowance the key had not already.
+void Node::Load(Worker& w, int64_t now) {
+  w.made_drained = false;
+  for (Entry& e : w.entries) {
+    e.slot = store_.Find(e.policy, e.id);
+    e.limiter = store_.Unpack(e.policy, e.slot);
+    if (e.slot == nullptr && e.split_k != 0) {
+      e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
+      w.made_drained = true;  // must be kept, allowed or not: a fresh state is full
+    }
+  }
+}
+
+void Node::ClampBooks(Worker& w, int64_t now) {
+  for (Entry& e : w.entries) {
+    if (LeaseBook* book = store_.FindBook(e.id)) book->Clamp(e.limiter.InEffect(e.rate, now));
+  }
+}
+
+void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
+  auto& entries = w.entries;
+  CollectStripes(w);
+  bool charged = false;
+  {
+    Store::StripeLock lock(store_, w.stripes);
+    if (RedirectToSplit(w, now, r)) return;
+    Load(w, now);
+    if (store_.books() > 0) ClampBooks(w, now);
+    bool all = true;
+    if (entries.size() == 1 && !dry_run) {
+      // One limit: decide in place; a denial changes nothing worth saving.
+      Entry& e = entries.front();
+      e.decision = e.limiter.Decide(e.rate, now, e.cost);
+      all = e.decision.allowed;
+    } else {
+      for (Entry& e : entries) {
+        e.decision = e.limiter.Peek(e.rate, now, e.cost);
+        all = all && e.decision.allowed;
+      }
+      if (all && !dry_run) {
+        for (Entry& e : entries) e.decision = e.limiter.Decide(e.rate, now, e.cost);
+      }
+    }
+    if ((all && !dry_run) || w.made_drained) {
+      if (!Save(w, lock, now)) {
+        r.Fail(wire::Status::KeysExhausted,
+               "the node holds its maximum of " + std::to_string(store_.max_keys()) +
+                   " keys; new keys are refused");
+        return;
+      }
+      charged = all && !dry_run;
+    }
+    r.allowed = all;
+  }
+  Record(w, !r.allowed);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Decision d = entries[i].decision;
+    // Nothing was charged: a limit that passed still has its whole remaining.
+    if (d.allowed && !charged) d.remaining += entries[i].cost;
+    w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
+    w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
+    if (!d.allowed) {
+      if (r.denied_by < 0) r.denied_by = static_cast<int>(i);
+      r.retry_after_ms = std::max(r.retry_after_ms, d.retry_after_ms);
+    }
+  }
+}
+
+void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
+  auto& entries = w.entries;
+  CollectStripes(w);
+  const Policy& leaf = policies_.policies()[static_cast<size_t>(entries.front().policy)];
+  {
+    Store::StripeLock lock(store_, w.stripes);
+    if (RedirectToSplit(w, now, r)) return;
+    Load(w, now);
+    if (store_.books() > 0) ClampBooks(w, now);
+    int64_t grant = units;
+    for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
+    for (Entry& e : entries) {
+      e.decision = grant > 0 ? e.limiter.Decide(e.rate, now, grant) : e.limiter.Peek(e.rate, now, 1);
+      if (grant > 0) e.in_effect = e.limiter.InEffect(e.rate, now);  // for its lease book
+      if (grant < units) {
+        // When the rest of the request could be had: the longest wait over the chain.
+        Decision rest = e.limiter.Peek(e.rate, now, units - grant);
+        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, now, 1);
+        r.retry_after_ms = std::max(r.retry_after_ms, rest.retry_after_ms);
+      }
+    }
+    if ((grant > 0 || w.made_drained) && !Save(w, lock, now)) {
+      r.Fail(wire::Status::KeysExhausted,
+             "the node holds its maximum of " + std::to_string(store_.max_keys()) +
+                 " keys; new keys are refused");
+      return;
+    }
+    r.granted = grant;
+    r.allowed = grant > 0;
+    if (grant > 0) {
+      // Each limit of the chain remembers the grant, so that a RETURN gives back no more
+      // than it and no more of it than is still in effect.
+      r.lease_id = next_lease_id_.fetch_add(1, std::memory_order_relaxed);
+      for (const Entry& e : entries) {
+        store_.AddBook(e.id).Grant(r.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
+      }
+    }
+  }
+  Record(w, !r.allowed);
+  r.granted_at_ms = now;
+  r.lease_ttl_ms = leaf.lease.ttl_ms;
+  r.suggested_lease = leaf.LeaseSize();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Decision& d = entries[i].decision;
+    w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
+    w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
+    if (!d.allowed && r.denied_by < 0) r.denied_by = static_cast<int>(i);
+  }
+}
+
+// Accepted only for an outstanding lease of the named limit (its book says so); each limit
+// of the chain then gets back what its book says is still in effect of that lease's charge.
+void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,
+                  OpResult& r) {
+  auto& entries = w.entries;
+  CollectStripes(w);
+  Store::StripeLock lock(store_, w.stripes);
+  for (Entry& e : entries) {
+    e.slot = store_.Find(e.policy, e.id);
+    e.limiter = store_.Unpack(e.policy, e.slot);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    LeaseBook* book = store_.FindBook(e.id);
+    const int64_t scale = e.limiter.ChargeScale(e.rate);
+    Result<int64_t> claim = Error{"lease " + std::to_string(lease_id) +
+                                  " is not outstanding on this node (never granted here, "
+                                  "lapsed, or granted before the node restarted)"};
+    if (book != nullptr) {
+      book->Clamp(e.limiter.InEffect(e.rate, now));
+      claim = book->Claim(lease_id, leased_at, units, units * scale, now);
+    }
+    if (!claim) {
+      if (i == 0) {  // the named limit: the return is refused
+        r.Fail(wire::Status::BadRequest, claim.error());
+        return;
+      }
+      continue;  // an ancestor whose book has forgotten the lease: its units lapse
+    }
+    const int64_t given = e.slot ? e.limiter.Refund(e.rate, now, *claim, leased_at) : 0;
+    book->Settle(lease_id, given);
+    if (i == 0) r.granted = given / scale;
+    if (given == 0) continue;
+    if (e.limiter.IsFresh(e.rate, now) && store_.FindSplit(e.id) == nullptr) {
+      store_.Erase(e.policy, e.id);
+    } else {
+      store_.Pack(e.policy, std::move(e.limiter), e.slot);
+    }
+  }
+  r.allowed = true;
+}
+
+void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
+  Entry& e = w.entries.front();
+  const size_t stripe = store_.StripeOf(e.id);
+  {
+    Store::StripeLock lock(store_, {&stripe, 1});
+    e.slot = store_.Find(e.policy, e.id);
+    e.limiter = store_.Unpack(e.policy, e.slot);
+    if (const Store::Split* split = store_.FindSplit(e.id)) {
+      r.split_k = split->k;
+      r.split_epoch = split->epoch;
+      r.split_valid_ms = std::max<int64_t>(0, split->valid_until_ms - now);
+    }
+  }
+  r.inspected = true;
+  r.tracked = e.slot != nullptr;
+  const Decision d = e.limiter.Peek(e.rate, now, 1);
+  r.allowed = d.allowed;
+  r.retry_after_ms = d.retry_after_ms;
+  w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,
+                         d.reset_after_ms, d.allowed);
+}
+
+
+}  // namespace limiter

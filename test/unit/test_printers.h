@@ -1,0 +1,12 @@
+// gtest printers for the project's enums, so that failures name values instead of bytes.
+#pragma once
+
+#include <ostream>
+
+#include "common/algorithm.h"
+
+namespace limiter {
+
+inline void PrintTo(Algorithm a, std::ostream* os) { *os << AlgorithmName(a); }
+
+}  // namespace limiter
