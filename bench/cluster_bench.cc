@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "bench/node_load.h"
-#include "bench/promise_check.h"
+#include "common/promise_check.h"
 #include "bench/redis_load.h"
 #include "client/asio_scheduler.h"
 #include "client/client_core.h"

@@ -19,8 +19,10 @@ int64_t FullAllowance(const Policy& p) {
   switch (p.algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket: return p.rate.burst();
-    default: return p.rate.limit();
+    case Algorithm::kLeakyBucket:
+      return p.rate.burst();
+    default:
+      return p.rate.limit();
   }
 }
 
@@ -50,8 +52,8 @@ void ClientCounters::CopyTo(client::Counters& c) const {
   c.split_redirects = get(split_redirects);
 }
 
-ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members,
-                       Scheduler& scheduler, Transport& transport, ClientCoreOptions options)
+ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members, Scheduler& scheduler,
+                       Transport& transport, ClientCoreOptions options)
     : policies_(std::move(policies)),
       scheduler_(scheduler),
       transport_(transport),
@@ -60,8 +62,7 @@ ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members,
                {options.down_after_misses, options.probe_first_us, options.probe_max_us},
                SeedOr(options.seed)),
       buckets_(policies_, {options.gateways, options.deadline_us}, counters_),
-      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000, scheduler,
-                 counters_) {
+      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000, scheduler, counters_) {
   for (size_t i = 0; i < policies_.policies().size(); ++i) {
     policy_index_.emplace(policies_.policies()[i].name, static_cast<int>(i));
   }
@@ -306,8 +307,8 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket
     case OpAnswer::Status::kSplit:  // split, but between views: its owner reopens it soon
       return Settle(id, buckets_.OnRefused(id, "", a.retry_after_ms, now_us));
     case OpAnswer::Status::kBadRequest:  // this client and the node disagree: say so
-      return Settle(id, buckets_.OnRefused(id, "the owner refused the lease: " + a.error, 0,
-                                           now_us));
+      return Settle(id,
+                    buckets_.OnRefused(id, "the owner refused the lease: " + a.error, 0, now_us));
     default:  // wrong owner after a retry, unknown policy, a full node: the class decides
       ClientCounters::Add(counters_.store_errors);
       return Settle(id, buckets_.OnFailed(id));
@@ -334,9 +335,8 @@ void ClientCore::Settle(const KeyId& id, LeaseBuckets::Settled s) {
 }
 
 void ClientCore::ArmWaiterTimer(const KeyId& id, int64_t at_us) {
-  scheduler_.After(std::max<int64_t>(0, at_us - scheduler_.NowUs()), [this, id] {
-    Settle(id, buckets_.OnDeadline(id, scheduler_.NowUs()));
-  });
+  scheduler_.After(std::max<int64_t>(0, at_us - scheduler_.NowUs()),
+                   [this, id] { Settle(id, buckets_.OnDeadline(id, scheduler_.NowUs())); });
 }
 
 // ----- strict checks -----
@@ -449,8 +449,7 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
   op.cost = renewal->sent;
   Call(owner, std::move(op), options_.deadline_us,
        [this, split_id, policy = renewal->policy, key = renewal->key](CallResult result) {
-         if (result.status == CallStatus::kOk &&
-             result.answer.status == OpAnswer::Status::kOk) {
+         if (result.status == CallStatus::kOk && result.answer.status == OpAnswer::Status::kOk) {
            splits_.Learn(*policy, key, result.answer, scheduler_.NowUs());
          } else {
            splits_.RenewalFailed(split_id);
@@ -531,8 +530,7 @@ void ClientCore::Probe(const std::string& address) {
 void ClientCore::Reconcile(const std::string& address) {
   if (routing_.IsDown(address)) return;
   int& in_flight = reconciling_[address];
-  const size_t room =
-      static_cast<size_t>(std::max(0, options_.reconcile_in_flight - in_flight));
+  const size_t room = static_cast<size_t>(std::max(0, options_.reconcile_in_flight - in_flight));
   for (Fallbacks::DebtCall& debt : fallbacks_.TakeDebts(address, room, scheduler_.NowUs())) {
     ++in_flight;
     OpSpec op;

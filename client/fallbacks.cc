@@ -111,8 +111,8 @@ void Fallbacks::LocalLimits(const ResolvedRequest& r, client::Decision d, Done d
     } else {
       continue;
     }
-    const KeyId id = q == r.policy ? protocol::LimitId(*q, r.key, r.tenant)
-                                   : protocol::AncestorId(*q, r.tenant);
+    const KeyId id =
+        q == r.policy ? protocol::LimitId(*q, r.key, r.tenant) : protocol::AncestorId(*q, r.tenant);
     locals.push_back({id, q, rate});
   }
   {

@@ -87,8 +87,8 @@ class Fallbacks {
   std::vector<Rate> contract_;  // per policy: L/N (or L with overshoot)
   mutable std::mutex mu_;
   std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_;  // guarded by mu_
-  size_t sweep_at_ = 64;                                      // guarded by mu_
-  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;          // guarded by mu_
+  size_t sweep_at_ = 64;                                     // guarded by mu_
+  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;         // guarded by mu_
   std::vector<std::unique_ptr<Shedder>> shedders_;           // per policy; own mutexes
 };
 

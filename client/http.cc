@@ -43,7 +43,8 @@ HttpRateLimit RenderHttp(const Decision& d) {
   if (d.retry_after == kRetryNever) {
     // Retrying cannot help; Retry-After still has to be a number of seconds, and the
     // window is the honest "not soon" (at least a second).
-    const int64_t window = std::max<int64_t>(1, CeilSeconds(std::chrono::milliseconds(d.window_ms)));
+    const int64_t window =
+        std::max<int64_t>(1, CeilSeconds(std::chrono::milliseconds(d.window_ms)));
     h.headers.emplace_back("Retry-After", std::to_string(window));
     h.body = "Too Many Requests: this request costs more than limit '" + std::string(d.policy) +
              "' ever admits at once; it will never be admitted\n";

@@ -20,8 +20,10 @@ int64_t FullAllowance(const Policy& p) {
   switch (p.algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket: return p.rate.burst();
-    default: return p.rate.limit();
+    case Algorithm::kLeakyBucket:
+      return p.rate.burst();
+    default:
+      return p.rate.limit();
   }
 }
 
@@ -281,8 +283,8 @@ void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Set
     } else if (owner_short) {
       client::Decision d = Answer(p, false);
       d.remaining = b.units;
-      d.retry_after = std::chrono::milliseconds(
-          std::max<int64_t>(1, CeilDiv(b.next_lease_us - now_us, 1000)));
+      d.retry_after =
+          std::chrono::milliseconds(std::max<int64_t>(1, CeilDiv(b.next_lease_us - now_us, 1000)));
       d.source = client::Source::kStore;
       s.answers.emplace_back(std::move(w.done), std::move(d));
     } else {
@@ -304,8 +306,8 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
   b.lease_in_flight = false;
   const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
   if (g.granted > 0) {
-    b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
-                         g.granted, g.sub});
+    b.batches.push_back(
+        {g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id, g.granted, g.sub});
     b.units += g.granted;
     ClientCounters::Add(counters_.leases);
     ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));

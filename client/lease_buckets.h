@@ -68,8 +68,8 @@ class LeaseBuckets {
   };
   // Answers from the request's bucket (making it) as TrySpend does and returns true, or
   // queues `done` (moved from) for the lease in flight or the next one and returns false.
-  bool SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done,
-                    client::Decision* out, bool* refill, Queued* queued);
+  bool SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done, client::Decision* out,
+                    bool* refill, Queued* queued);
   // With the owner away: spends units already held, if the bucket has them.
   bool SpendHeld(const ResolvedRequest& r, int64_t now_us, client::Decision* out);
 

@@ -17,10 +17,10 @@ namespace limiter {
 
 struct ResolvedRequest {
   const Policy* policy = nullptr;
-  int index = 0;           // of the policy in the policy set
-  int64_t cost = 1;        // what the policy itself is charged
-  bool lease = false;      // spent from a local bucket (else one CHECK per request)
-  bool never = false;      // costs more than some limit of its chain can ever admit
+  int index = 0;                     // of the policy in the policy set
+  int64_t cost = 1;                  // what the policy itself is charged
+  bool lease = false;                // spent from a local bucket (else one CHECK per request)
+  bool never = false;                // costs more than some limit of its chain can ever admit
   const Policy* never_by = nullptr;  // that limit
   std::string_view key;
   std::string_view tenant;

@@ -6,10 +6,7 @@ namespace limiter {
 
 Routing::Routing(std::vector<std::string> members, uint64_t generation, Scheduler& scheduler,
                  Options options, uint64_t seed)
-    : scheduler_(scheduler),
-      options_(options),
-      ring_(std::make_shared<RingState>()),
-      rng_(seed) {
+    : scheduler_(scheduler), options_(options), ring_(std::make_shared<RingState>()), rng_(seed) {
   ring_->current = std::make_shared<const Membership>(
       Membership{std::make_shared<const Ring>(std::move(members)), generation});
   ring_->building = generation;

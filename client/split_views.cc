@@ -32,8 +32,7 @@ std::optional<SubBucket> SplitViews::Pick(const Policy& p, std::string_view key,
   return sub;
 }
 
-void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
-                       int64_t now_us) {
+void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us) {
   const KeyId split_id = IdOf(p, key);
   std::lock_guard<std::mutex> lock(mu_);
   if (a.split_k == 0 || a.split_valid_ms <= 0) {
@@ -73,8 +72,7 @@ bool SplitViews::TryOther(const Policy& p, std::string_view key) {
   if (it == views_.end()) return false;
   View& view = it->second;
   ++view.denials;
-  return view.other_tries < 8 || view.other_wins * 4 >= view.other_tries ||
-         view.denials % 16 == 0;
+  return view.other_tries < 8 || view.other_wins * 4 >= view.other_tries || view.denials % 16 == 0;
 }
 
 std::optional<SplitViews::Renewal> SplitViews::TakeRenewal(const KeyId& split_id) {

@@ -27,8 +27,7 @@ class SplitViews {
 
   // The sub-bucket for the next op on the key (in turn, counted as sent), or nullopt when
   // it is not (known to be) split. *renew: the view is due for renewal (RenewSplit).
-  std::optional<SubBucket> Pick(const Policy& p, std::string_view key, int64_t now_us,
-                                bool* renew);
+  std::optional<SubBucket> Pick(const Policy& p, std::string_view key, int64_t now_us, bool* renew);
   // The owner's answer about the key's split (a Split status or a SPLIT reply).
   void Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us);
   // After a denial by one sub-bucket: whether to try one other. Always while such second

@@ -17,9 +17,10 @@
 //   IsFresh(rate, state, now): the state decides exactly like a fresh one from now on, so it
 //     carries no information and can be dropped (an idle key expires by itself);
 //   InEffect(rate, state, now): how much of what was charged still has an effect on later
-//     decisions, in charge units (KeyLimiter::ChargeScale: a bucket's contents are scaled by W, so a
-//     refund can give back part of a token exactly; a window counts cost units): a bucket's missing tokens, a window's
-//     count. It only falls as time passes, until the next admission;
+//     decisions (a bucket's missing tokens, a window's count), in charge units: a bucket's
+//     contents are scaled by W, so that a refund can give back part of a token exactly; a
+//     window counts cost units (KeyLimiter::ChargeScale). It only falls as time passes,
+//     until the next admission;
 //   Refund(rate, state, now, amount, charged_at): gives back up to `amount` charge units that
 //     were charged at charged_at and never spent, exactly as if they had never been charged,
 //     and says how many it gave back: never more than is in effect, and never into a window

@@ -34,8 +34,9 @@ Result<int64_t> LeaseBook::Claim(uint64_t lease_id, int64_t leased_at_ms, int64_
     for (auto later = it; later != records_.end(); ++later) least = std::min(least, later->low);
     return least;
   }
-  return Error{name + " is not outstanding on this node (never granted here, lapsed, or "
-                      "granted before the node restarted)"};
+  return Error{name +
+               " is not outstanding on this node (never granted here, lapsed, or "
+               "granted before the node restarted)"};
 }
 
 void LeaseBook::Settle(uint64_t lease_id, int64_t given) {

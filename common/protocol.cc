@@ -62,8 +62,7 @@ std::optional<std::string> TenantError(std::string_view tenant) {
 
 std::optional<std::string> CostError(int64_t cost) {
   if (cost >= 1 && cost <= kMaxCost) return std::nullopt;
-  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " +
-         std::to_string(cost);
+  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " + std::to_string(cost);
 }
 
 std::optional<std::string> OperationError(std::string_view operation) {

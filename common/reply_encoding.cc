@@ -18,8 +18,8 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
 
 }  // namespace
 
-flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb,
-                                                 uint64_t id, const ReplyFields& f) {
+flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb, uint64_t id,
+                                                 const ReplyFields& f) {
   // Children first: FlatBuffers builds a table after everything it points to.
   const auto error = f.error.empty() ? 0 : Str(fbb, f.error);
   const auto denied_policy = f.denied_policy.empty() ? 0 : Str(fbb, f.denied_policy);

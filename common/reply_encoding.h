@@ -60,8 +60,8 @@ struct ReplyFields {
   const std::vector<HotKey>* hot_keys = nullptr;
 };
 
-flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb,
-                                                 uint64_t id, const ReplyFields& f);
+flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb, uint64_t id,
+                                                 const ReplyFields& f);
 
 // A frame's hello answer: who this node is and which member list its ring comes from.
 flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBuilder& fbb,

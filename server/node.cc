@@ -65,8 +65,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
 
 Node::~Node() = default;
 
-std::optional<std::string> Node::SetMembers(std::vector<std::string> members,
-                                            uint64_t generation) {
+std::optional<std::string> Node::SetMembers(std::vector<std::string> members, uint64_t generation) {
   const std::shared_ptr<const Membership> current = membership_.load();
   if (generation <= current->generation) return std::nullopt;  // not newer: keep ours
   auto next = std::make_shared<Membership>(Membership{Ring(std::move(members)), generation});
@@ -123,8 +122,8 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
   fbb.Clear();
   flatbuffers::Offset<wire::HelloReply> hello;
   if (request->hello()) {
-    const ReplyFields::Owner ring{membership->ring.members(), membership->ring.version(),
-                                  membership->generation, {}};
+    const ReplyFields::Owner ring{
+        membership->ring.members(), membership->ring.version(), membership->generation, {}};
     hello = EncodeHelloReply(fbb, options_.name, options_.max_frame_bytes, ring);
   }
   w.replies.clear();
@@ -142,10 +141,10 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
   reply.add_ops(ops);
   fbb.Finish(reply.Finish());
   AppendFrame(out, {fbb.GetBufferPointer(), fbb.GetSize()});
-  w.counters.frame_latency_us.Record(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                            started)
-          .count()));
+  w.counters.frame_latency_us.Record(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count()));
 }
 
 void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const OpResult& r) {
@@ -196,8 +195,7 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const
   w.replies.push_back(EncodeOpReply(w.fbb, op.id(), f));
 }
 
-void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now,
-                    OpResult& r) {
+void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r) {
   w.entries.clear();
   const int type = static_cast<int>(op.type());
   switch (op.type()) {
@@ -289,8 +287,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     return false;
   }
   if (n > kMaxLimitsPerCheck) {
-    r.Fail(wire::Status::BadRequest, "the op names " + std::to_string(n) +
-                                         " limits; at most " +
+    r.Fail(wire::Status::BadRequest, "the op names " + std::to_string(n) + " limits; at most " +
                                          std::to_string(kMaxLimitsPerCheck) + " are allowed");
     return false;
   }
@@ -356,9 +353,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
               ? std::optional<Rate>(cached[split_index])
               : SubRate(p, split_k, split_index);
       if (cached.empty() || !share) {  // empty: the policy cannot split
-        r.Fail(wire::Status::BadRequest, where() + ": policy '" + p.name +
-                                             "' cannot be split " + std::to_string(split_k) +
-                                             " ways");
+        r.Fail(wire::Status::BadRequest, where() + ": policy '" + p.name + "' cannot be split " +
+                                             std::to_string(split_k) + " ways");
         return false;
       }
       Entry& e = w.entries.back();
@@ -375,9 +371,9 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       r.wrong_owner = true;
       r.owner = ring.Owner(routing);
       r.Fail(wire::Status::WrongOwner, where() + ": " + options_.self + " does not own '" +
-                                           std::string(routing) + "'; " + r.owner +
-                                           " does (ring " + std::to_string(ring.version()) +
-                                           ", generation " + std::to_string(m.generation) + ")");
+                                           std::string(routing) + "'; " + r.owner + " does (ring " +
+                                           std::to_string(ring.version()) + ", generation " +
+                                           std::to_string(m.generation) + ")");
       return false;
     }
   }

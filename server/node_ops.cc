@@ -89,9 +89,9 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     }
     if ((all && !dry_run) || w.made_drained) {
       if (!Save(w, lock, now)) {
-        r.Fail(wire::Status::KeysExhausted,
-               "the node holds its maximum of " + std::to_string(store_.max_keys()) +
-                   " keys; new keys are refused");
+        r.Fail(wire::Status::KeysExhausted, "the node holds its maximum of " +
+                                                std::to_string(store_.max_keys()) +
+                                                " keys; new keys are refused");
         return;
       }
       charged = all && !dry_run;
@@ -124,7 +124,8 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     int64_t grant = units;
     for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
     for (Entry& e : entries) {
-      e.decision = grant > 0 ? e.limiter.Decide(e.rate, now, grant) : e.limiter.Peek(e.rate, now, 1);
+      e.decision =
+          grant > 0 ? e.limiter.Decide(e.rate, now, grant) : e.limiter.Peek(e.rate, now, 1);
       if (grant > 0) e.in_effect = e.limiter.InEffect(e.rate, now);  // for its lease book
       if (grant < units) {
         // When the rest of the request could be had: the longest wait over the chain.
@@ -134,9 +135,9 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
       }
     }
     if ((grant > 0 || w.made_drained) && !Save(w, lock, now)) {
-      r.Fail(wire::Status::KeysExhausted,
-             "the node holds its maximum of " + std::to_string(store_.max_keys()) +
-                 " keys; new keys are refused");
+      r.Fail(wire::Status::KeysExhausted, "the node holds its maximum of " +
+                                              std::to_string(store_.max_keys()) +
+                                              " keys; new keys are refused");
       return;
     }
     r.granted = grant;
@@ -225,6 +226,5 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
   w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,
                          d.reset_after_ms, d.allowed);
 }
-
 
 }  // namespace limiter

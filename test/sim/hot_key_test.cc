@@ -6,6 +6,7 @@
 #include <random>
 
 #include "client/client_core.h"
+#include "common/promise_check.h"
 #include "common/policy_file.h"
 #include "test/sim/sim.h"
 #include "test/unit/test_seed.h"
@@ -23,20 +24,6 @@ policies:
   - {name: api, algorithm: token_bucket, limit: 1000, window: 1s, class: contract,
      mode: strict}
 )";
-
-// The most cost admitted in any interval [t_i, t_j] minus what B + L*t/W allows, in units of
-// 1/W: positive means the promise was broken. One pass: admitted(i..j) - L*(t_j - t_i)/W is
-// (j*W - L*t_j) - (i*W - L*t_i) + W, so keep the least i*W - L*t_i seen so far.
-int64_t WorstExcess(const std::vector<int64_t>& admitted_ms, int64_t limit, int64_t window,
-                    int64_t burst) {
-  int64_t worst = INT64_MIN, least = INT64_MAX;
-  for (size_t j = 0; j < admitted_ms.size(); ++j) {
-    const int64_t a = static_cast<int64_t>(j) * window - limit * admitted_ms[j];
-    least = std::min(least, a);
-    worst = std::max(worst, a - least + window - burst * window);
-  }
-  return worst;
-}
 
 TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   const uint64_t seed = testing::TestSeed();
@@ -114,7 +101,9 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   for (auto& n : nodes) EXPECT_FALSE(n->store().has_splits());
   // Through the split and the merge, no interval admitted more than B + L*t/W.
   ASSERT_GT(hot_admitted_ms.size(), 1000u);
-  EXPECT_LE(WorstExcess(hot_admitted_ms, 1000, 1000, 1000), 0);
+  const WorstWindow worst = FindWorstWindow(UnitAdmissionsAtMs(hot_admitted_ms),
+                                           {1000, 1'000'000, 1000, /*resolution_us=*/0});
+  EXPECT_FALSE(worst.over) << worst.admitted << " in " << worst.interval_us << " us";
   // And the split kept the key useful: over its 10 hot seconds it got at least 80% of L.
   const int64_t hot_phase_end_ms = (start + 10'000'000) / 1000;
   const auto in_hot_phase =
@@ -123,23 +112,10 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   EXPECT_GE(in_hot_phase, 8'000);
   RecordProperty("split_after_ms", std::to_string((split_seen_at - start) / 1000));
   RecordProperty("admitted_in_hot_phase", std::to_string(in_hot_phase));
-  RecordProperty("worst_excess", std::to_string(WorstExcess(hot_admitted_ms, 1000, 1000, 1000)));
+  RecordProperty("worst_interval_admitted", std::to_string(worst.admitted));
   for (const auto& [node, ops] : transport.sub_bucket_ops()) {
     RecordProperty("sub_bucket_ops_" + node, std::to_string(ops));
   }
-}
-
-TEST(HotKeys, WorstExcessFindsABrokenPromise) {
-  // 11 admissions within one ms under L = 10/s, B = 10: one too many.
-  std::vector<int64_t> t(11, 5);
-  EXPECT_GT(WorstExcess(t, 10, 1000, 10), 0);
-  t.pop_back();
-  EXPECT_LE(WorstExcess(t, 10, 1000, 10), 0);
-  // 10 at once, then one every 100 ms: exactly B + L*t/W.
-  for (int i = 1; i <= 20; ++i) t.push_back(5 + 100 * i);
-  EXPECT_LE(WorstExcess(t, 10, 1000, 10), 0);
-  t.push_back(t.back());
-  EXPECT_GT(WorstExcess(t, 10, 1000, 10), 0);
 }
 
 }  // namespace

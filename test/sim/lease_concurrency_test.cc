@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <optional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +25,9 @@ using sim::SimTransport;
 
 std::string PolicyFile(int64_t lease_size, const std::string& window) {
   return "policies:\n"
-         "  - {name: k, algorithm: token_bucket, limit: 100, window: " + window +
-         ", class: contract, lease: {size: " + std::to_string(lease_size) + "}}\n"
+         "  - {name: k, algorithm: token_bucket, limit: 100, window: " +
+         window + ", class: contract, lease: {size: " + std::to_string(lease_size) +
+         "}}\n"
          "  - {name: big, algorithm: token_bucket, limit: 100, window: 1s, class: contract}\n";
 }
 
@@ -164,8 +165,8 @@ std::vector<Case> Cases(std::initializer_list<int> callers) {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(LeaseSizesAndWindows, ManyCallers,
-                         ::testing::ValuesIn(Cases({1, 8, 32})), CaseName);
+INSTANTIATE_TEST_SUITE_P(LeaseSizesAndWindows, ManyCallers, ::testing::ValuesIn(Cases({1, 8, 32})),
+                         CaseName);
 INSTANTIATE_TEST_SUITE_P(LeaseSizesAndWindows, ManyCallersStoreCalls,
                          ::testing::ValuesIn(Cases({8, 32})), CaseName);
 

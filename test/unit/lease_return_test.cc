@@ -73,8 +73,7 @@ struct Trace {
 };
 
 // Runs one random trace through a Keeper; fills `trace` with what the reference needs.
-void RunTrace(Algorithm a, std::mt19937_64& rng, Keeper& keeper, Trace& trace,
-              int max_leases) {
+void RunTrace(std::mt19937_64& rng, Keeper& keeper, Trace& trace, int max_leases) {
   auto uniform = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
@@ -89,10 +88,17 @@ void RunTrace(Algorithm a, std::mt19937_64& rng, Keeper& keeper, Trace& trace,
   uint64_t next_id = uniform(1, 1 << 20);
   for (int i = 0; i < events; ++i) {
     switch (uniform(0, 3)) {  // bursts, steady, gaps within the TTL, long gaps
-      case 0: break;
-      case 1: t += uniform(0, std::max<int64_t>(1, window / limit)); break;
-      case 2: t += uniform(0, std::min<int64_t>(kTtl / 4, window / 2 + 1)); break;
-      default: t += uniform(0, kTtl / 2); break;
+      case 0:
+        break;
+      case 1:
+        t += uniform(0, std::max<int64_t>(1, window / limit));
+        break;
+      case 2:
+        t += uniform(0, std::min<int64_t>(kTtl / 4, window / 2 + 1));
+        break;
+      default:
+        t += uniform(0, kTtl / 2);
+        break;
     }
     const int64_t kind = uniform(0, 9);
     if (kind < 3 && static_cast<int>(trace.leases.size()) < max_leases) {
@@ -142,7 +148,8 @@ void ExpectSameFromNowOn(const KeyLimiter& keeper, const KeyLimiter& ref, const 
   ASSERT_EQ(keeper.InEffect(rate, trace.end), ref.InEffect(rate, trace.end))
       << "charge in effect at t=" << trace.end;
   for (int64_t later : {int64_t{0}, int64_t{1}, rate.window_ms() / 3, rate.window_ms()}) {
-    for (int64_t cost = 1; cost <= rate.burst() + 1; cost += std::max<int64_t>(1, rate.burst() / 5)) {
+    for (int64_t cost = 1; cost <= rate.burst() + 1;
+         cost += std::max<int64_t>(1, rate.burst() / 5)) {
       const Decision x = keeper.Peek(rate, trace.end + later, cost);
       const Decision y = ref.Peek(rate, trace.end + later, cost);
       ASSERT_EQ(x.allowed, y.allowed) << "cost " << cost << " at t=" << trace.end + later;
@@ -163,7 +170,7 @@ TEST_P(ReturnProperty, OneLeaseEndsExactlyAsIfItsReturnedUnitsWereNeverCharged) 
   for (int i = 0; i < kTraces; ++i) {
     Keeper keeper(a);
     Trace trace;
-    RunTrace(a, rng, keeper, trace, /*max_leases=*/1);
+    RunTrace(rng, keeper, trace, /*max_leases=*/1);
     if (HasFatalFailure()) return;
     for (const Lease& l : trace.leases) returns += l.returned > 0;
     SCOPED_TRACE("trace " + std::to_string(i));
@@ -183,7 +190,7 @@ TEST_P(ReturnProperty, SeveralLeasesEndExactlyAsIfTheirReturnedUnitsWereNeverCha
   for (int i = 0; i < kTraces; ++i) {
     Keeper keeper(a);
     Trace trace;
-    RunTrace(a, rng, keeper, trace, /*max_leases=*/4);
+    RunTrace(rng, keeper, trace, /*max_leases=*/4);
     if (HasFatalFailure()) return;
     SCOPED_TRACE("trace " + std::to_string(i));
     const KeyLimiter ref = Reference(a, trace);
@@ -202,9 +209,9 @@ TEST(LeaseBook, AReturnIsAcceptedOnceForAnOutstandingLeaseOnly) {
   const Lease lease{7, 5000, 4};
   EXPECT_EQ(k.Return(rate, 5000, {8, 5000, 4}, 1), -1);  // never granted
   EXPECT_EQ(k.Return(rate, 5000, {7, 4999, 4}, 1), -1);  // not when it was granted
-  EXPECT_EQ(k.Return(rate, 5000, lease, 5), -1);          // more than it granted
-  EXPECT_EQ(k.Return(rate, 5000, lease, 3), 3000);        // 3 units, scaled by W
-  EXPECT_EQ(k.Return(rate, 5000, lease, 1), -1);          // a replay
+  EXPECT_EQ(k.Return(rate, 5000, lease, 5), -1);         // more than it granted
+  EXPECT_EQ(k.Return(rate, 5000, lease, 3), 3000);       // 3 units, scaled by W
+  EXPECT_EQ(k.Return(rate, 5000, lease, 1), -1);         // a replay
   const Result<int64_t> again = k.book.Claim(7, 5000, 1, 1000, 5000);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error(), "lease 7 was returned already");

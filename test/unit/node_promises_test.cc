@@ -45,8 +45,8 @@ class PromisesTest : public ::testing::Test {
     EXPECT_EQ(r->ops()->size(), 1u);
     return *r->ops()->Get(0);
   }
-  int Checks(const std::string& policy, const std::string& key, int n,
-             Node::Worker* w = nullptr, const std::string& tenant = "") {
+  int Checks(const std::string& policy, const std::string& key, int n, Node::Worker* w = nullptr,
+             const std::string& tenant = "") {
     int allowed = 0;
     for (int i = 0; i < n; ++i) {
       RequestBuilder b;

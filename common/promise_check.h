@@ -1,5 +1,5 @@
-// The accuracy check of limiter-bench cluster: did a key admit more than B + L*t/W cost units
-// in some interval of length t (promise I1)?
+// The one I1 checker, for the tests and limiter-bench cluster: did a key admit more than
+// B + L*t/W cost units in some interval of length t?
 //
 // Each admission is known only to have been charged somewhere between the request's arrival
 // (`start_us`) and its decision (`end_us`); an interval is over the promise only when it is
@@ -9,8 +9,9 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
-namespace limiter::bench {
+namespace limiter {
 
 struct Admission {
   int64_t start_us = 0;
@@ -38,4 +39,7 @@ struct WorstWindow {
 // `admissions` sorted by end_us. An empty span gives an empty window (admitted 0).
 WorstWindow FindWorstWindow(std::span<const Admission> admissions, const PromiseBound& bound);
 
-}  // namespace limiter::bench
+// Admissions of one unit each, known to the millisecond (sorted).
+std::vector<Admission> UnitAdmissionsAtMs(std::span<const int64_t> times_ms);
+
+}  // namespace limiter

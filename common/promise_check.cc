@@ -1,8 +1,8 @@
-#include "bench/promise_check.h"
+#include "common/promise_check.h"
 
 #include <limits>
 
-namespace limiter::bench {
+namespace limiter {
 
 // Over the pairs i <= j: admitted(i..j)*W - L*(end_j - start_i) is at most B*W when the
 // promise holds. With P the running sum of costs, it is (P_j*W - L*end_j) minus
@@ -33,10 +33,17 @@ WorstWindow FindWorstWindow(std::span<const Admission> admissions, const Promise
     }
   }
   result.over = !admissions.empty() && worst > Wide{bound.burst} * w;
-  result.allowed = static_cast<double>(bound.burst) +
-                   static_cast<double>(bound.limit) * static_cast<double>(result.interval_us) /
-                       static_cast<double>(bound.window_us);
+  result.allowed = static_cast<double>(bound.burst) + static_cast<double>(bound.limit) *
+                                                          static_cast<double>(result.interval_us) /
+                                                          static_cast<double>(bound.window_us);
   return result;
 }
 
-}  // namespace limiter::bench
+std::vector<Admission> UnitAdmissionsAtMs(std::span<const int64_t> times_ms) {
+  std::vector<Admission> out;
+  out.reserve(times_ms.size());
+  for (int64_t t : times_ms) out.push_back({t * 1000, t * 1000, 1});
+  return out;
+}
+
+}  // namespace limiter
