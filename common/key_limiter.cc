@@ -101,7 +101,8 @@ std::vector<std::pair<std::string_view, int64_t>> KeyLimiter::Fields() const {
             return {{"entries", static_cast<int64_t>(s.entries.size())},
                     {"total", s.total},
                     {"oldest_ms", s.entries.empty() ? 0 : s.entries.front().t_ms},
-                    {"newest_ms", s.entries.empty() ? 0 : s.entries.back().t_ms}};
+                    {"newest_ms", s.entries.empty() ? 0 : s.entries.back().t_ms},
+                    {"seen_ms", s.seen_ms}};
           },
           [](const SlidingWindow::State& s) -> std::vector<std::pair<std::string_view, int64_t>> {
             return {{"window_start_ms", s.window_start_ms}, {"curr", s.curr}, {"prev", s.prev}};

@@ -5,7 +5,8 @@
 namespace limiter {
 
 Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
-  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
+  now = std::max(now, s.seen_ms);
+  s.seen_ms = now;
   const int64_t w = rate.window_ms();
   const int64_t limit = rate.limit();
   while (!s.entries.empty() && s.entries.front().t_ms <= now - w) {
@@ -40,11 +41,12 @@ Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cos
 }
 
 bool SlidingLog::IsFresh(const Rate& rate, const State& s, int64_t now) {
+  now = std::max(now, s.seen_ms);
   return s.entries.empty() || s.entries.back().t_ms <= now - rate.window_ms();
 }
 
 int64_t SlidingLog::InEffect(const Rate& rate, const State& s, int64_t now) {
-  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
+  now = std::max(now, s.seen_ms);
   int64_t in_window = s.total;
   for (const Entry& e : s.entries) {
     if (e.t_ms > now - rate.window_ms()) break;
@@ -55,7 +57,7 @@ int64_t SlidingLog::InEffect(const Rate& rate, const State& s, int64_t now) {
 
 int64_t SlidingLog::Refund(const Rate& rate, State& s, int64_t now, int64_t amount,
                            int64_t charged_at) {
-  if (!s.entries.empty()) now = std::max(now, s.entries.back().t_ms);
+  now = std::max(now, s.seen_ms);
   if (charged_at <= now - rate.window_ms()) return 0;  // out of the window: no effect left
   for (auto it = s.entries.begin(); it != s.entries.end(); ++it) {
     if (it->t_ms != charged_at) continue;

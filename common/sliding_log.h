@@ -20,6 +20,7 @@ struct SlidingLog {
   struct State {
     std::deque<Entry> entries;  // oldest first, all within (now-W, now]
     int64_t total = 0;          // sum of entries[].cost
+    int64_t seen_ms = 0;        // the latest time the log was moved to (entries dropped)
   };
   static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <random>
 #include <vector>
 
 #include "common/key_limiter.h"
+#include "common/promise_check.h"
 #include "test/unit/test_printers.h"
 #include "test/unit/test_seed.h"
 
@@ -282,6 +284,57 @@ TEST_P(Properties, FreshStatesDecideLikeFreshKeys) {
     }
   }
   EXPECT_GT(fresh_seen, 0);
+}
+
+// A worker that read the clock before waiting for a key's lock brings a time earlier than one
+// the key's state was already moved to (here up to a window back). The key's time never
+// runs backwards: placed at the key's time (the latest time its state was moved to), every
+// algorithm's admissions keep its promise: no window is counted twice, no refill taken twice.
+TEST_P(Properties, ATimeEarlierThanTheKeysOwnNeverBreaksItsPromise) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const Algorithm a = GetParam();
+  int stale = 0;
+  for (int round = 0; round < 300; ++round) {
+    const RandomCase c = MakeCase(rng);
+    const int64_t w = c.rate.window_ms();
+    KeyLimiter limiter(a);
+    int64_t key_time = 0;
+    std::vector<Request> admitted;  // at the key's time
+    for (const Request& r : c.requests) {
+      int64_t given = r.t;
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+        given = std::max<int64_t>(0, r.t - std::uniform_int_distribution<int64_t>(0, w)(rng));
+        stale += given < key_time;
+      }
+      const auto before = limiter.Fields();
+      const bool allowed = limiter.Decide(c.rate, given, r.cost).allowed;
+      if (limiter.Fields() != before) key_time = std::max(key_time, given);
+      if (allowed) admitted.push_back({key_time, r.cost});
+    }
+    if (a == Algorithm::kFixedWindow || a == Algorithm::kSlidingWindow) {
+      std::map<int64_t, int64_t> per_window;  // the aligned windows [kW, (k+1)W)
+      for (const Request& r : admitted) {
+        ASSERT_LE(per_window[r.t / w] += r.cost, c.rate.limit()) << "window at " << r.t / w * w;
+      }
+    } else if (a == Algorithm::kSlidingLog) {
+      for (size_t j = 0; j < admitted.size(); ++j) {
+        int64_t sum = 0;
+        for (size_t i = j + 1; i-- > 0 && admitted[i].t > admitted[j].t - w;) {
+          sum += admitted[i].cost;
+        }
+        ASSERT_LE(sum, c.rate.limit()) << "window ending at " << admitted[j].t;
+      }
+    } else {
+      std::vector<Admission> at;
+      for (const Request& r : admitted) at.push_back({r.t * 1000, r.t * 1000, r.cost});
+      const WorstWindow worst =
+          FindWorstWindow(at, {c.rate.limit(), w * 1000, c.rate.burst(), 0});
+      ASSERT_FALSE(worst.over) << worst.admitted << " in " << worst.interval_us << " us";
+    }
+  }
+  EXPECT_GT(stale, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, Properties, ::testing::ValuesIn(kAllAlgorithms),
