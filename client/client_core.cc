@@ -200,19 +200,21 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
     done(std::move(d));
     return;
   }
-  const std::string owner = routing_.OwnerOf(r.routing());
-  if (owner.empty() || routing_.IsDown(owner)) {
+  // The owner and its health, looked up once: a strict check goes there as it is.
+  Target target = r.lease ? Target{routing_.OwnerOf(r.routing()), {}} : TargetOf(r);
+  if (target.node.empty() || routing_.IsDown(target.node)) {
     // Units already leased are spent first: they were subtracted at the store.
     if (r.lease && buckets_.SpendHeld(r, now_us, &d)) {
       done(std::move(d));
       return;
     }
-    fallbacks_.Decide(r, owner, std::move(done));
+    fallbacks_.Decide(r, target.node, std::move(done));
     return;
   }
   if (!r.lease) {
-    scheduler_.Post([this, req = Own(r), done = std::make_shared<Done>(std::move(done))] {
-      StartCheck(req, done, 0, scheduler_.NowUs() + options_.deadline_us);
+    scheduler_.Post([this, req = Own(r), done = std::make_shared<Done>(std::move(done)),
+                     target = std::move(target)]() mutable {
+      StartCheck(req, done, 0, scheduler_.NowUs() + options_.deadline_us, std::move(target));
     });
     return;
   }
@@ -228,15 +230,15 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
 
 // ----- leases -----
 
-void ClientCore::StartLease(const KeyId& id, int attempt, const std::string& via) {
+void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
   const std::optional<LeaseBuckets::Ask> ask = buckets_.NextLease(id, scheduler_.NowUs());
   if (!ask) return;
   const Policy& p = policies_.policies()[static_cast<size_t>(ask->policy)];
-  SubBucket sub;
-  if (via.empty()) {
+  SubBucket sub = via.sub;
+  if (via.node.empty()) {
     if (std::optional<SubBucket> picked = PickSplit(p, ask->key)) sub = *picked;
   }
-  const std::string owner = via.empty() ? OwnerFor(p, ask->key, ask->tenant, sub) : via;
+  const std::string owner = via.node.empty() ? OwnerFor(p, ask->key, ask->tenant, sub) : via.node;
   const int64_t wanted = ask->units;
   if (owner.empty() || routing_.IsDown(owner)) {
     OnLease(id, wanted, 2, sub, CallResult{CallStatus::kConnection, "owner is down", {}});
@@ -264,7 +266,7 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket
   const int64_t now_us = scheduler_.NowUs();
   if (answered && a.status == OpAnswer::Status::kWrongOwner && attempt == 0) {
     if (std::optional<std::string> owner = FollowWrongOwner(a)) {
-      StartLease(id, 1, *owner);  // once more, to the owner its ring names
+      StartLease(id, 1, Target{*owner, sub});  // once more, to the owner its ring names
       return;
     }
   }
@@ -341,16 +343,25 @@ void ClientCore::ArmWaiterTimer(const KeyId& id, int64_t at_us) {
 
 // ----- strict checks -----
 
+ClientCore::Target ClientCore::TargetOf(const ResolvedRequest& r) {
+  Target t;
+  if (std::optional<SubBucket> picked = PickSplit(*r.policy, r.key)) t.sub = *picked;
+  t.node = OwnerFor(*r.policy, r.key, r.tenant, t.sub);
+  return t;
+}
+
 void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, int attempt,
-                            int64_t deadline_at_us, const std::string& via) {
+                            int64_t deadline_at_us, Target target) {
   const ResolvedRequest& r = **req;
   const int64_t left = deadline_at_us - scheduler_.NowUs();
-  SubBucket sub;
-  if (via.empty()) {
-    if (std::optional<SubBucket> picked = PickSplit(*r.policy, r.key)) sub = *picked;
+  if (target.node.empty()) {
+    target = TargetOf(r);
+    if (target.node.empty() || routing_.IsDown(target.node)) {
+      return Fallback(r, std::move(*done));
+    }
   }
-  const std::string owner = via.empty() ? OwnerFor(*r.policy, r.key, r.tenant, sub) : via;
-  if (owner.empty() || routing_.IsDown(owner) || left <= 0) return Fallback(r, std::move(*done));
+  if (left <= 0) return Fallback(r, std::move(*done));
+  const SubBucket sub = target.sub;
   OpSpec op;
   op.kind = OpKind::kCheck;
   op.policy = r.policy->name;
@@ -361,7 +372,7 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, in
   op.split_k = sub.k;
   op.split_index = sub.index;
   op.split_epoch = sub.epoch;
-  Call(owner, std::move(op), std::min(options_.deadline_us, left),
+  Call(target.node, std::move(op), std::min(options_.deadline_us, left),
        [this, req, done, attempt, deadline_at_us, sub](CallResult result) {
          OnCheck(req, done, attempt, deadline_at_us, sub, std::move(result));
        });
@@ -380,7 +391,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
     case OpAnswer::Status::kWrongOwner:
       if (attempt == 0) {
         if (std::optional<std::string> owner = FollowWrongOwner(a)) {
-          return StartCheck(req, done, 1, deadline_at_us, *owner);
+          return StartCheck(req, done, 1, deadline_at_us, Target{*owner, sub});
         }
       }
       [[fallthrough]];

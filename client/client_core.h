@@ -90,17 +90,26 @@ class ClientCore {
   void Answer(client::Decision d, const Done& done);
   void Fallback(const ResolvedRequest& r, Done done);
 
-  // Leases, on the scheduler's thread. `via`: a node that said it owns the key (a
-  // WrongOwner redirect), else the ring's owner.
-  void StartLease(const KeyId& id, int attempt = 0, const std::string& via = {});
+  // Where an op goes: a node, and the bucket of the key there.
+  struct Target {
+    std::string node;
+    SubBucket sub;
+  };
+  // Leases, on the scheduler's thread. An empty `via`: the key's own target, found now (else
+  // the owner a WrongOwner reply named).
+  void StartLease(const KeyId& id, int attempt = 0, Target via = {});
   void OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub, CallResult result);
   // Runs what a bucket handed back: answers, fallbacks, another lease, its timer.
   void Settle(const KeyId& id, LeaseBuckets::Settled s);
   void ArmWaiterTimer(const KeyId& id, int64_t at_us);
 
-  // Strict checks, on the scheduler's thread, all within the decision's deadline.
+  // The key's bucket for the next op (its own, or a sub-bucket in turn when it is split) and
+  // that bucket's owner.
+  Target TargetOf(const ResolvedRequest& r);
+  // Strict checks, on the scheduler's thread, all within the decision's deadline. An empty
+  // target: the key's, found now.
   void StartCheck(const SharedRequest& req, const SharedDone& done, int attempt,
-                  int64_t deadline_at_us, const std::string& via = {});
+                  int64_t deadline_at_us, Target target = {});
   void OnCheck(const SharedRequest& req, const SharedDone& done, int attempt,
                int64_t deadline_at_us, SubBucket sub, CallResult result);
 
