@@ -14,18 +14,6 @@ using client::Source;
 
 namespace {
 
-// What a fresh key admits at once: a bucket's burst, a window's limit.
-int64_t FullAllowance(const Policy& p) {
-  switch (p.algorithm) {
-    case Algorithm::kTokenBucket:
-    case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket:
-      return p.rate.burst();
-    default:
-      return p.rate.limit();
-  }
-}
-
 uint64_t SeedOr(uint64_t seed) {
   if (seed != 0) return seed;
   std::random_device rd;
@@ -34,27 +22,10 @@ uint64_t SeedOr(uint64_t seed) {
 
 }  // namespace
 
-void ClientCounters::CopyTo(client::Counters& c) const {
-  auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  c.decisions = get(decisions);
-  c.allowed = get(allowed);
-  c.denied = get(denied);
-  for (size_t i = 0; i < 3; ++i) c.by_source[i] = get(by_source[i]);
-  for (size_t i = 0; i < 4; ++i) c.fallback_by_class[i] = get(fallback_by_class[i]);
-  c.store_calls = get(store_calls);
-  c.store_errors = get(store_errors);
-  c.deadline_misses = get(deadline_misses);
-  c.wrong_owner = get(wrong_owner);
-  c.leases = get(leases);
-  c.units_leased = get(units_leased);
-  c.units_returned = get(units_returned);
-  c.units_expired = get(units_expired);
-  c.split_redirects = get(split_redirects);
-}
-
 ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members, Scheduler& scheduler,
                        Transport& transport, ClientCoreOptions options)
     : policies_(std::move(policies)),
+      resolver_(policies_),
       scheduler_(scheduler),
       transport_(transport),
       options_(options),
@@ -62,95 +33,9 @@ ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members, Sch
                {options.down_after_misses, options.probe_first_us, options.probe_max_us},
                SeedOr(options.seed)),
       buckets_(policies_, {options.gateways, options.deadline_us}, counters_),
-      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000, scheduler, counters_) {
-  for (size_t i = 0; i < policies_.policies().size(); ++i) {
-    policy_index_.emplace(policies_.policies()[i].name, static_cast<int>(i));
-  }
-}
+      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000, scheduler, counters_) {}
 
 ClientCore::~ClientCore() = default;
-
-std::optional<std::string> ClientCore::Resolve(const client::Request& req,
-                                               ResolvedRequest& r) const {
-  const auto it = policy_index_.find(req.policy);
-  if (it == policy_index_.end()) {
-    return "no policy named '" + std::string(req.policy.substr(0, kMaxNameBytes)) + "'";
-  }
-  r.index = it->second;
-  r.policy = &policies_.policies()[static_cast<size_t>(r.index)];
-  const Policy& p = *r.policy;
-  if (auto e = protocol::KeyError(req.key, "the key")) return e;
-  if (auto e = protocol::TenantError(req.tenant)) return e;
-  if (auto e = protocol::MissingTenantError(p, req.tenant)) return e;
-  if (auto e = protocol::OperationError(req.operation)) return e;
-  if (req.operation.empty()) {
-    if (auto e = protocol::CostError(req.cost)) return e;
-  }
-  r.key = req.key;
-  r.tenant = req.tenant;
-  r.operation = req.operation;
-  r.cost = req.operation.empty() ? req.cost : p.CostOf(req.operation);
-  // A lease charges the same units to every limit of the chain, so it only stands in for
-  // requests that cost every one of them the same; and a cost above what some limit can
-  // ever hold is never admitted, wherever it is asked.
-  r.lease = p.mode == LeaseMode::kLease;
-  for (const Policy* q : policies_.Chain(p)) {
-    const int64_t cost = req.operation.empty() ? r.cost : q->CostOf(req.operation);
-    if (q->mode != LeaseMode::kLease || cost != r.cost) r.lease = false;
-    if (cost > FullAllowance(*q) && !r.never) {
-      r.never = true;
-      r.never_by = q;
-    }
-  }
-  r.id = protocol::LimitId(p, r.key, r.tenant);
-  return std::nullopt;
-}
-
-ClientDecision ClientCore::Denied(const ResolvedRequest& r, std::string error) const {
-  ClientDecision d;
-  d.allowed = false;
-  if (r.policy) {
-    d.policy = r.policy->name;
-    d.limit = r.policy->rate.limit();
-    d.window_ms = r.policy->rate.window_ms();
-  }
-  d.error = std::move(error);
-  d.source = Source::kStore;
-  return d;
-}
-
-ClientDecision ClientCore::Never(const ResolvedRequest& r) const {
-  ClientDecision d = Denied(r, "");
-  d.policy = r.never_by->name;
-  d.limit = r.never_by->rate.limit();
-  d.window_ms = r.never_by->rate.window_ms();
-  d.retry_after = client::kRetryNever;
-  return d;
-}
-
-ClientDecision ClientCore::FromAnswer(const ResolvedRequest& r, const OpAnswer& a) const {
-  ClientDecision d;
-  d.allowed = a.allowed;
-  const Policy* decider = r.policy;
-  size_t index = 0;
-  if (!a.allowed && a.denied_by >= 0) {
-    index = static_cast<size_t>(a.denied_by);
-    if (const Policy* p = policies_.Find(a.denied_policy)) decider = p;
-  }
-  d.policy = decider->name;
-  d.limit = decider->rate.limit();
-  d.window_ms = decider->rate.window_ms();
-  if (index < a.results.size()) {
-    d.remaining = a.results[index].remaining;
-    d.reset = std::chrono::milliseconds(a.results[index].reset_after_ms);
-  }
-  if (!a.allowed) {
-    d.retry_after = a.retry_after_ms == kNever ? client::kRetryNever
-                                               : std::chrono::milliseconds(a.retry_after_ms);
-  }
-  d.source = Source::kStore;
-  return d;
-}
 
 void ClientCore::Answer(ClientDecision d, const Done& done) {
   counters_.Count(d);
@@ -190,8 +75,10 @@ ClientDecision ClientCore::Decide(const client::Request& req) {
 
 void ClientCore::DecideAsync(const client::Request& req, Done done) {
   ResolvedRequest r;
-  if (auto error = Resolve(req, r)) return Answer(Denied(r, std::move(*error)), done);
-  if (r.never) return Answer(Never(r), done);
+  if (auto error = resolver_.Resolve(req, r)) {
+    return Answer(resolver_.Denied(r, std::move(*error)), done);
+  }
+  if (r.never) return Answer(resolver_.Never(r), done);
   const int64_t now_us = scheduler_.NowUs();
   ClientDecision d;
   bool refill = false;
@@ -387,7 +274,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
     case OpAnswer::Status::kOk:
       break;
     case OpAnswer::Status::kBadRequest:
-      return Answer(Denied(r, a.error), *done);
+      return Answer(resolver_.Denied(r, a.error), *done);
     case OpAnswer::Status::kWrongOwner:
       if (attempt == 0) {
         if (std::optional<std::string> owner = FollowWrongOwner(a)) {
@@ -407,7 +294,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
       if (a.split_valid_ms > 0 && attempt < 2) {
         return StartCheck(req, done, attempt + 1, deadline_at_us);  // to a sub-bucket
       }
-      ClientDecision d = Denied(r, "");  // between views: its owner reopens it soon
+      ClientDecision d = resolver_.Denied(r, "");  // between views: its owner reopens it soon
       d.retry_after = std::chrono::milliseconds(a.retry_after_ms);
       return Answer(std::move(d), *done);
     }
@@ -418,7 +305,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
     }
     if (attempt == 1) splits_.NoteOther(*r.policy, r.key, a.allowed);
   }
-  Answer(FromAnswer(r, a), *done);
+  Answer(resolver_.FromAnswer(r, a), *done);
 }
 
 // ----- routing, splits -----

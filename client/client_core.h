@@ -27,6 +27,7 @@
 #include "client/client_counters.h"
 #include "client/fallbacks.h"
 #include "client/lease_buckets.h"
+#include "client/request_resolver.h"
 #include "client/resolved_request.h"
 #include "client/routing.h"
 #include "client/scheduler.h"
@@ -83,10 +84,6 @@ class ClientCore {
 
  private:
   using SharedDone = std::shared_ptr<Done>;
-  std::optional<std::string> Resolve(const client::Request& req, ResolvedRequest& r) const;
-  client::Decision Denied(const ResolvedRequest& r, std::string error) const;
-  client::Decision Never(const ResolvedRequest& r) const;
-  client::Decision FromAnswer(const ResolvedRequest& r, const OpAnswer& a) const;
   void Answer(client::Decision d, const Done& done);
   void Fallback(const ResolvedRequest& r, Done done);
 
@@ -130,7 +127,7 @@ class ClientCore {
   void Reconcile(const std::string& address);
 
   const PolicySet policies_;
-  std::unordered_map<std::string_view, int> policy_index_;
+  const RequestResolver resolver_;
   Scheduler& scheduler_;
   Transport& transport_;
   const ClientCoreOptions options_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/key_limiter.h"
 #include "common/limits.h"
 
 namespace limiter {
@@ -14,18 +15,6 @@ constexpr size_t kFirstSweep = 64;
 constexpr int64_t kMaxBackoffUs = 1'000'000;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// What a fresh key admits at once: a bucket's burst, a window's limit.
-int64_t FullAllowance(const Policy& p) {
-  switch (p.algorithm) {
-    case Algorithm::kTokenBucket:
-    case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket:
-      return p.rate.burst();
-    default:
-      return p.rate.limit();
-  }
-}
 
 }  // namespace
 
@@ -126,7 +115,7 @@ LeaseBuckets::LeaseBuckets(const PolicySet& policies, Options options, ClientCou
     : policies_(policies), options_(options), counters_(counters) {
   for (const Policy& p : policies_.policies()) {
     int64_t cap = kMaxCost;
-    for (const Policy* q : policies_.Chain(p)) cap = std::min(cap, FullAllowance(*q));
+    for (const Policy* q : policies_.Chain(p)) cap = std::min(cap, FullAllowance(q->algorithm, q->rate));
     capacity_.push_back(cap);
   }
   for (size_t i = 0; i < kShards; ++i) shards_.push_back(std::make_unique<Shard>());

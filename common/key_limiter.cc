@@ -79,6 +79,10 @@ int64_t ChargeScale(Algorithm algorithm, const Rate& rate) {
   return 1;
 }
 
+int64_t FullAllowance(Algorithm algorithm, const Rate& rate) {
+  return ChargeScale(algorithm, rate) == 1 ? rate.limit() : rate.burst();
+}
+
 int64_t KeyLimiter::InEffect(const Rate& rate, int64_t now_ms) const {
   return std::visit(
       [&](const auto& s) { return Algo<decltype(s)>::InEffect(rate, s, now_ms); }, state_);

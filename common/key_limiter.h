@@ -19,6 +19,9 @@ namespace limiter {
 // Charge units per cost unit (algorithms.h): W for the bucket algorithms, whose contents are
 // scaled by W; 1 for the window ones.
 int64_t ChargeScale(Algorithm algorithm, const Rate& rate);
+// What a fresh key admits at once, the most one request can ever be admitted: a bucket
+// algorithm's burst, a window algorithm's limit.
+int64_t FullAllowance(Algorithm algorithm, const Rate& rate);
 
 // Why `algorithm` cannot run at `rate` although the Rate itself is valid, or nullopt.
 std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate);

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "common/algorithm.h"
+#include "common/key_limiter.h"
 #include "common/policy.h"
 #include "common/rate.h"
 
@@ -17,14 +17,6 @@ inline std::optional<Rate> SubRate(const Policy& p, int k, int index) {
   const int64_t b = p.rate.burst() / k + (index < p.rate.burst() % k ? 1 : 0);
   if (l < 1 || b < 1 || Rate::Invalid(l, p.rate.window_ms(), b)) return std::nullopt;
   return Rate(l, p.rate.window_ms(), b);
-}
-
-// What a fresh key admits at once: the burst of the bucket algorithms, the limit of the
-// window ones. Charging it drains a key.
-inline int64_t FullAllowance(Algorithm a, const Rate& rate) {
-  return a == Algorithm::kTokenBucket || a == Algorithm::kGcra || a == Algorithm::kLeakyBucket
-             ? rate.burst()
-             : rate.limit();
 }
 
 }  // namespace limiter

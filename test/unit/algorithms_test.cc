@@ -17,15 +17,6 @@ namespace {
 using testing::SeedTrace;
 using testing::TestSeed;
 
-bool IsBucket(Algorithm a) {
-  return a == Algorithm::kTokenBucket || a == Algorithm::kGcra || a == Algorithm::kLeakyBucket;
-}
-
-// The full allowance: what a fresh key admits at once.
-int64_t FullAllowance(Algorithm a, const Rate& rate) {
-  return IsBucket(a) ? rate.burst() : rate.limit();
-}
-
 // ----- hand-checked cases, one algorithm at a time -----
 
 TEST(FixedWindow, CountsFromZeroAndAdmitsTwiceTheLimitAcrossABoundary) {
