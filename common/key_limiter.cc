@@ -80,7 +80,15 @@ int64_t ChargeScale(Algorithm algorithm, const Rate& rate) {
 }
 
 int64_t FullAllowance(Algorithm algorithm, const Rate& rate) {
-  return ChargeScale(algorithm, rate) == 1 ? rate.limit() : rate.burst();
+  switch (algorithm) {
+    case Algorithm::kTokenBucket:
+    case Algorithm::kGcra:
+    case Algorithm::kLeakyBucket: return rate.burst();
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingLog:
+    case Algorithm::kSlidingWindow: return rate.limit();
+  }
+  return rate.limit();
 }
 
 int64_t KeyLimiter::InEffect(const Rate& rate, int64_t now_ms) const {
