@@ -125,11 +125,17 @@ LeaseBuckets::~LeaseBuckets() = default;
 
 client::Decision LeaseBuckets::Answer(const Policy& p, bool allowed) const {
   client::Decision d;
-  d.allowed = allowed;
-  d.policy = p.name;
-  d.limit = p.rate.limit();
-  d.window_ms = p.rate.window_ms();
+  Fill(&d, p, allowed);
   return d;
+}
+
+// In place: the request path fills the caller's Decision rather than moving one into it.
+void LeaseBuckets::Fill(client::Decision* d, const Policy& p, bool allowed) {
+  d->allowed = allowed;
+  d->policy = p.name;
+  d->limit = p.rate.limit();
+  d->window_ms = p.rate.window_ms();
+  d->reset = std::chrono::milliseconds(0);
 }
 
 bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
@@ -141,7 +147,7 @@ bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
   if (b.units < cost) {
     if (now_us >= b.next_lease_us) return false;
     ++shard.lease_denied;
-    *out = Answer(p, false);
+    Fill(out, p, false);
     out->remaining = b.units;
     out->retry_after = std::chrono::milliseconds(CeilDiv(b.next_lease_us - now_us, 1000));
     out->source = client::Source::kStore;  // the store said the key is out
@@ -150,8 +156,9 @@ bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
   b.Take(cost);
   b.spent_since_reply += cost;
   ++shard.lease_allowed;
-  *out = Answer(p, true);
+  Fill(out, p, true);
   out->remaining = b.units + b.store_remaining;
+  out->retry_after = std::chrono::milliseconds(0);
   out->source = client::Source::kLease;
   // Top up in the background below the watermark, so a warm key never waits.
   *refill = !b.lease_in_flight && b.units < b.watermark && now_us >= b.next_lease_us;

@@ -146,6 +146,7 @@ class LeaseBuckets {
              bool* refill);
   void SweepIdle(Shard& shard, int64_t now_us);
   client::Decision Answer(const Policy& p, bool allowed) const;
+  static void Fill(client::Decision* d, const Policy& p, bool allowed);
   // Waiting requests that their bucket can pay now are answered; when `short_ms` is set the
   // owner is out, and the rest are denied (retry after it), else they keep waiting.
   void ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Settled& s);
