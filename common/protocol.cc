@@ -47,28 +47,23 @@ KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, ui
 
 std::optional<std::string> KeyError(std::string_view key, std::string_view where) {
   if (key.empty()) return std::string(where) + " is empty";
-  if (key.size() > kMaxKeyBytes) {
-    return std::string(where) + " is " + std::to_string(key.size()) + " bytes; at most " +
-           std::to_string(kMaxKeyBytes) + " are allowed";
-  }
+  if (key.size() > kMaxKeyBytes) return TooLong(where, key.size(), kMaxKeyBytes);
   return std::nullopt;
 }
 
-std::optional<std::string> TenantError(std::string_view tenant) {
-  if (tenant.size() <= kMaxKeyBytes) return std::nullopt;
-  return "the tenant is " + std::to_string(tenant.size()) + " bytes; at most " +
-         std::to_string(kMaxKeyBytes) + " are allowed";
+std::string TooLong(std::string_view what, size_t bytes, size_t most) {
+  return std::string(what) + " is " + std::to_string(bytes) + " bytes; at most " +
+         std::to_string(most) + " are allowed";
 }
 
-std::optional<std::string> CostError(int64_t cost) {
-  if (cost >= 1 && cost <= kMaxCost) return std::nullopt;
-  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " + std::to_string(cost);
+std::string CostOutOfRange(int64_t cost) {
+  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " +
+         std::to_string(cost);
 }
 
-std::optional<std::string> OperationError(std::string_view operation) {
-  if (operation.size() <= kMaxNameBytes) return std::nullopt;
-  return "the operation is " + std::to_string(operation.size()) + " bytes; at most " +
-         std::to_string(kMaxNameBytes) + " are allowed";
+std::string MissingTenant(const Policy& policy) {
+  return "policy '" + policy.name + "' nests under '" + policy.parent +
+         "'; the request needs a tenant";
 }
 
 std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index) {
@@ -81,12 +76,6 @@ std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index) {
            std::to_string(split_k);
   }
   return std::nullopt;
-}
-
-std::optional<std::string> MissingTenantError(const Policy& policy, std::string_view tenant) {
-  if (policy.parent_index < 0 || !tenant.empty()) return std::nullopt;
-  return "policy '" + policy.name + "' nests under '" + policy.parent +
-         "'; the request needs a tenant";
 }
 
 }  // namespace limiter::protocol

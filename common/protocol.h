@@ -17,8 +17,14 @@
 #include "common/key_id.h"
 #include "common/limits.h"
 #include "common/policy.h"
+#include "common/rate.h"
 
 namespace limiter::protocol {
+
+// The messages of the bounds below.
+std::string TooLong(std::string_view what, size_t bytes, size_t most);
+std::string CostOutOfRange(int64_t cost);
+std::string MissingTenant(const Policy& policy);
 
 // The tenant when the policy nests under one, else the key.
 std::string_view RoutingKey(const Policy& policy, std::string_view key, std::string_view tenant);
@@ -31,14 +37,31 @@ KeyId AncestorId(const Policy& ancestor, std::string_view tenant);
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index);
 
-// Bounds. Each returns the error a request gets, naming `where` ("limits[0].key", "the key").
+// Bounds. Each returns the error a request gets (naming `where`: "limits[0].key", "the
+// key"), or nullopt; the checks are inline and the messages made only for bad requests.
+inline bool KeyInBounds(std::string_view key) {
+  return !key.empty() && key.size() <= kMaxKeyBytes;
+}
 std::optional<std::string> KeyError(std::string_view key, std::string_view where);
-std::optional<std::string> TenantError(std::string_view tenant);
+inline std::optional<std::string> TenantError(std::string_view tenant) {
+  if (tenant.size() <= kMaxKeyBytes) return std::nullopt;
+  return TooLong("the tenant", tenant.size(), kMaxKeyBytes);
+}
 // A cost, units of a LEASE or RETURN: 1 to kMaxCost.
-std::optional<std::string> CostError(int64_t cost);
-std::optional<std::string> OperationError(std::string_view operation);
+inline std::optional<std::string> CostError(int64_t cost) {
+  if (cost >= 1 && cost <= kMaxCost) return std::nullopt;
+  return CostOutOfRange(cost);
+}
+inline std::optional<std::string> OperationError(std::string_view operation) {
+  if (operation.size() <= kMaxNameBytes) return std::nullopt;
+  return TooLong("the operation", operation.size(), kMaxNameBytes);
+}
 std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index);
 // A nested policy needs the request's tenant.
-std::optional<std::string> MissingTenantError(const Policy& policy, std::string_view tenant);
+inline std::optional<std::string> MissingTenantError(const Policy& policy,
+                                                     std::string_view tenant) {
+  if (policy.parent_index < 0 || !tenant.empty()) return std::nullopt;
+  return MissingTenant(policy);
+}
 
 }  // namespace limiter::protocol

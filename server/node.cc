@@ -164,33 +164,34 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const
   f.lease_ttl_ms = r.lease_ttl_ms;
   f.suggested_lease = r.suggested_lease;
   f.lease_id = r.lease_id;
-  ReplyFields::State state;
-  std::vector<std::pair<std::string_view, int64_t>> fields;
-  if (r.inspected) {
-    const Entry& e = w.entries.front();
-    fields = e.limiter.Fields();
-    state = {AlgorithmName(e.limiter.algorithm()), r.tracked, fields};
-    f.state = &state;
-  }
-  std::vector<std::pair<std::string, int64_t>> stats;
-  if (r.with_stats) {
-    stats = Stats();
-    f.stats = &stats;
-  }
-  const ReplyFields::Owner owner{m.ring.members(), m.ring.version(), m.generation, r.owner};
-  if (r.wrong_owner) f.wrong_owner = &owner;
   f.split_k = r.split_k;
   f.split_epoch = r.split_epoch;
   f.split_valid_ms = r.split_valid_ms;
-  std::vector<ReplyFields::HotKey> hot;
-  std::vector<HotKey> hottest;
+  // The rare parts, each only when asked for.
+  ReplyFields::State state;
+  if (r.inspected) {
+    const Entry& e = w.entries.front();
+    w.state_fields = e.limiter.Fields();
+    state = {AlgorithmName(e.limiter.algorithm()), r.tracked, w.state_fields};
+    f.state = &state;
+  }
+  if (r.with_stats) {
+    w.stats = Stats();
+    f.stats = &w.stats;
+  }
+  ReplyFields::Owner owner;
+  if (r.wrong_owner) {
+    owner = {m.ring.members(), m.ring.version(), m.generation, r.owner};
+    f.wrong_owner = &owner;
+  }
   if (r.with_hot_keys) {
-    hottest = HotKeys();
-    for (const HotKey& k : hottest) {
+    w.hottest = HotKeys();
+    w.hot.clear();
+    for (const HotKey& k : w.hottest) {
       const int32_t permille = k.rate > 0 ? static_cast<int32_t>(k.denied * 1000 / k.rate) : 0;
-      hot.push_back({k.policy, k.key, k.rate, permille, k.split_k});
+      w.hot.push_back({k.policy, k.key, k.rate, permille, k.split_k});
     }
-    f.hot_keys = &hot;
+    f.hot_keys = &w.hot;
   }
   w.replies.push_back(EncodeOpReply(w.fbb, op.id(), f));
 }
@@ -296,16 +297,24 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       op.operation() ? op.operation()->string_view() : std::string_view();
   const uint16_t split_k = op.split_k();
   const uint16_t split_index = op.split_index();
-  std::optional<std::string> bad = protocol::TenantError(tenant);
-  if (!bad && cost_use == CostUse::kUnits && !operation.empty()) {
-    bad = "operation applies to CHECK only; give units as cost";
-  }
-  if (!bad) bad = protocol::OperationError(operation);
-  if (!bad && cost_use != CostUse::kNone && operation.empty()) bad = protocol::CostError(op.cost());
-  if (!bad) bad = protocol::SplitError(split_k, split_index);
-  if (!bad && split_k != 0 && n != 1) bad = "an op on a sub-bucket takes exactly one limit";
+  // The first bound the op breaks, if any (each check inline; a message only when broken).
+  const std::optional<std::string> bad = [&]() -> std::optional<std::string> {
+    if (auto e = protocol::TenantError(tenant)) return e;
+    if (cost_use == CostUse::kUnits && !operation.empty()) {
+      return "operation applies to CHECK only; give units as cost";
+    }
+    if (auto e = protocol::OperationError(operation)) return e;
+    if (cost_use != CostUse::kNone && operation.empty()) {
+      if (auto e = protocol::CostError(op.cost())) return e;
+    }
+    if (split_k != 0) {
+      if (auto e = protocol::SplitError(split_k, split_index)) return e;
+      if (n != 1) return "an op on a sub-bucket takes exactly one limit";
+    }
+    return std::nullopt;
+  }();
   if (bad) {
-    r.Fail(wire::Status::BadRequest, std::move(*bad));
+    r.Fail(wire::Status::BadRequest, *bad);
     return false;
   }
   auto add = [&](int policy, const KeyId& id, std::string_view key) {
@@ -333,8 +342,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     }
     const Policy& p = policies_.policies()[static_cast<size_t>(it->second)];
     const std::string_view key = limit->key() ? limit->key()->string_view() : "";
-    if (auto error = protocol::KeyError(key, where() + ".key")) {
-      r.Fail(wire::Status::BadRequest, std::move(*error));
+    if (!protocol::KeyInBounds(key)) {  // the message is made only when it is needed
+      r.Fail(wire::Status::BadRequest, *protocol::KeyError(key, where() + ".key"));
       return false;
     }
     if (auto error = protocol::MissingTenantError(p, tenant)) {

@@ -8,6 +8,7 @@
 
 #include "common/hot_key_sketch.h"
 #include "common/key_limiter.h"
+#include "common/reply_encoding.h"
 #include "common/wire.h"
 #include "server/node.h"
 
@@ -75,6 +76,11 @@ class Node::Worker {
   HotKeySketch sketch;  // guarded by hot_mu
   uint32_t sampled = 0;
   std::string display;  // scratch: a sub-bucket's name for the sketch
+  // Scratch for the rare parts of a reply (INSPECT, STATS, HOTKEYS), reused.
+  std::vector<std::pair<std::string_view, int64_t>> state_fields;
+  std::vector<std::pair<std::string, int64_t>> stats;
+  std::vector<HotKey> hottest;
+  std::vector<ReplyFields::HotKey> hot;
 };
 
 }  // namespace limiter
