@@ -58,20 +58,22 @@ flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder&
     }
     hot = fbb.CreateVector(list);
   }
+  // Scalars at their default are left out (as FlatBuffers would), tested here: most replies
+  // are a CHECK's, and AddElement is a call per field.
   wire::OpReplyBuilder b(fbb);
   b.add_id(id);
-  b.add_status(f.status);
+  if (f.status != wire::Status::Ok) b.add_status(f.status);
   if (!error.IsNull()) b.add_error(error);
-  b.add_allowed(f.allowed);
-  b.add_retry_after_ms(f.retry_after_ms);
-  b.add_denied_by(f.denied_by);
+  if (f.allowed) b.add_allowed(true);
+  if (f.retry_after_ms != 0) b.add_retry_after_ms(f.retry_after_ms);
+  if (f.denied_by != -1) b.add_denied_by(f.denied_by);
   if (!denied_policy.IsNull()) b.add_denied_policy(denied_policy);
   if (!results.IsNull()) b.add_results(results);
-  b.add_granted(f.granted);
-  b.add_granted_at_ms(f.granted_at_ms);
-  b.add_lease_ttl_ms(f.lease_ttl_ms);
-  b.add_suggested_lease(f.suggested_lease);
-  b.add_lease_id(f.lease_id);
+  if (f.granted != 0) b.add_granted(f.granted);
+  if (f.granted_at_ms != 0) b.add_granted_at_ms(f.granted_at_ms);
+  if (f.lease_ttl_ms != 0) b.add_lease_ttl_ms(f.lease_ttl_ms);
+  if (f.suggested_lease != 0) b.add_suggested_lease(f.suggested_lease);
+  if (f.lease_id != 0) b.add_lease_id(f.lease_id);
   if (!state.IsNull()) b.add_state(state);
   if (!stats.IsNull()) b.add_stats(stats);
   if (f.wrong_owner) {

@@ -72,14 +72,14 @@ bool Node::RedirectToSplit(Worker& w, int64_t now, OpResult& r) {
     const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
     if (!view) continue;  // reopened
     const int64_t valid = *view;
-    r.status = wire::Status::Split;
+    r.reply.status = wire::Status::Split;
     r.error = "limits[" + std::to_string(i) + "]: the key is split " + std::to_string(split->k) +
               " ways; use its sub-buckets";
-    r.split_k = split->k;
-    r.split_epoch = split->epoch;
-    r.split_valid_ms = valid;
+    r.reply.split_k = split->k;
+    r.reply.split_epoch = split->epoch;
+    r.reply.split_valid_ms = valid;
     // Merging, and no view left to hand out: until it reopens, come back then.
-    if (valid == 0) r.retry_after_ms = split->valid_until_ms + kReopenMarginMs - now;
+    if (valid == 0) r.reply.retry_after_ms = split->valid_until_ms + kReopenMarginMs - now;
     return true;
   }
   return false;
@@ -89,15 +89,15 @@ void Node::SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r) {
   Entry& e = w.entries.front();
   const size_t stripe = store_.StripeOf(e.id);
   Store::StripeLock lock(store_, {&stripe, 1});
-  r.allowed = true;
+  r.reply.allowed = true;
   Store::Split* split = store_.FindSplit(e.id);
   if (split == nullptr) return;  // not split (any more): split_k 0
   split->reported_ops += reported;
   const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
   if (!view) return;  // reopened: split_k 0
-  r.split_k = split->k;
-  r.split_epoch = split->epoch;
-  r.split_valid_ms = *view;
+  r.reply.split_k = split->k;
+  r.reply.split_epoch = split->epoch;
+  r.reply.split_valid_ms = *view;
 }
 
 void Node::Drain(int policy, const KeyId& id, int64_t now) {

@@ -147,26 +147,14 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
                                 .count()));
 }
 
-void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const OpResult& r) {
-  ReplyFields f;
-  f.status = r.status;
+void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r) {
+  ReplyFields& f = r.reply;
   f.error = r.error;
-  f.allowed = r.allowed;
-  f.retry_after_ms = r.retry_after_ms;
-  f.denied_by = r.denied_by;
-  if (r.denied_by >= 0) {
-    const int policy = w.entries[static_cast<size_t>(r.denied_by)].policy;
+  if (f.denied_by >= 0) {
+    const int policy = w.entries[static_cast<size_t>(f.denied_by)].policy;
     f.denied_policy = policies_.policies()[static_cast<size_t>(policy)].name;
   }
   f.results = w.results;
-  f.granted = r.granted;
-  f.granted_at_ms = r.granted_at_ms;
-  f.lease_ttl_ms = r.lease_ttl_ms;
-  f.suggested_lease = r.suggested_lease;
-  f.lease_id = r.lease_id;
-  f.split_k = r.split_k;
-  f.split_epoch = r.split_epoch;
-  f.split_valid_ms = r.split_valid_ms;
   // The rare parts, each only when asked for.
   ReplyFields::State state;
   if (r.inspected) {
@@ -265,12 +253,12 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       Count(w, kOpTypes, kError);
       return;
   }
-  if (r.status == wire::Status::Split) {
+  if (r.reply.status == wire::Status::Split) {
     w.counters.split_redirects.Add();
-  } else if (r.status != wire::Status::Ok) {
+  } else if (r.reply.status != wire::Status::Ok) {
     Count(w, type, kError);
   } else {
-    Count(w, type, r.allowed || op.type() >= wire::OpType::Return ? kAllowed : kDenied);
+    Count(w, type, r.reply.allowed || op.type() >= wire::OpType::Return ? kAllowed : kDenied);
   }
 }
 

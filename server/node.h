@@ -136,7 +136,7 @@ class Node {
   struct Entry;
   void HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
   // The reply of one handled op, appended to the worker's replies.
-  void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, const OpResult& r);
+  void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r);
   enum class CostUse { kCharge, kUnits, kNone };
   bool Resolve(Worker& w, const wire::Op& op, const Membership& m, bool single,
                CostUse cost_use, OpResult& r);

@@ -29,29 +29,20 @@ struct Node::Entry {
   int64_t in_effect = 0;  // LEASE: the charge in effect once the grant is charged
 };
 
+// What an op's reply says: the wire fields, set by the op (the views among them are filled
+// in when the reply is encoded), and the strings they point into.
 struct Node::OpResult {
-  wire::Status status = wire::Status::Ok;
-  std::string error;
-  bool allowed = false;
-  int64_t retry_after_ms = 0;
-  int denied_by = -1;
-  int64_t granted = 0;
-  int64_t granted_at_ms = 0;
-  int64_t lease_ttl_ms = 0;
-  int64_t suggested_lease = 0;
-  uint64_t lease_id = 0;
-  bool wrong_owner = false;
+  ReplyFields reply;
+  std::string error;  // becomes reply.error
   std::string owner;  // WrongOwner: the member that owns the key
+  bool wrong_owner = false;
   bool inspected = false;
   bool tracked = false;
   bool with_stats = false;
   bool with_hot_keys = false;
-  uint16_t split_k = 0;
-  uint32_t split_epoch = 0;
-  int64_t split_valid_ms = 0;
 
   void Fail(wire::Status s, std::string message) {
-    status = s;
+    reply.status = s;
     error = std::move(message);
   }
 };

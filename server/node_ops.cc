@@ -96,9 +96,9 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
       }
       charged = all && !dry_run;
     }
-    r.allowed = all;
+    r.reply.allowed = all;
   }
-  Record(w, !r.allowed);
+  Record(w, !r.reply.allowed);
   for (size_t i = 0; i < entries.size(); ++i) {
     Decision d = entries[i].decision;
     // Nothing was charged: a limit that passed still has its whole remaining.
@@ -106,8 +106,8 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
     w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
     if (!d.allowed) {
-      if (r.denied_by < 0) r.denied_by = static_cast<int>(i);
-      r.retry_after_ms = std::max(r.retry_after_ms, d.retry_after_ms);
+      if (r.reply.denied_by < 0) r.reply.denied_by = static_cast<int>(i);
+      r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, d.retry_after_ms);
     }
   }
 }
@@ -131,7 +131,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
         // When the rest of the request could be had: the longest wait over the chain.
         Decision rest = e.limiter.Peek(e.rate, now, units - grant);
         if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, now, 1);
-        r.retry_after_ms = std::max(r.retry_after_ms, rest.retry_after_ms);
+        r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, rest.retry_after_ms);
       }
     }
     if ((grant > 0 || w.made_drained) && !Save(w, lock, now)) {
@@ -140,26 +140,26 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
                                               " keys; new keys are refused");
       return;
     }
-    r.granted = grant;
-    r.allowed = grant > 0;
+    r.reply.granted = grant;
+    r.reply.allowed = grant > 0;
     if (grant > 0) {
       // Each limit of the chain remembers the grant, so that a RETURN gives back no more
       // than it and no more of it than is still in effect.
-      r.lease_id = next_lease_id_.fetch_add(1, std::memory_order_relaxed);
+      r.reply.lease_id = next_lease_id_.fetch_add(1, std::memory_order_relaxed);
       for (const Entry& e : entries) {
-        store_.AddBook(e.id).Grant(r.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
+        store_.AddBook(e.id).Grant(r.reply.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
       }
     }
   }
-  Record(w, !r.allowed);
-  r.granted_at_ms = now;
-  r.lease_ttl_ms = leaf.lease.ttl_ms;
-  r.suggested_lease = leaf.LeaseSize();
+  Record(w, !r.reply.allowed);
+  r.reply.granted_at_ms = now;
+  r.reply.lease_ttl_ms = leaf.lease.ttl_ms;
+  r.reply.suggested_lease = leaf.LeaseSize();
   for (size_t i = 0; i < entries.size(); ++i) {
     const Decision& d = entries[i].decision;
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
     w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
-    if (!d.allowed && r.denied_by < 0) r.denied_by = static_cast<int>(i);
+    if (!d.allowed && r.reply.denied_by < 0) r.reply.denied_by = static_cast<int>(i);
   }
 }
 
@@ -194,7 +194,7 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
     }
     const int64_t given = e.slot ? e.limiter.Refund(e.rate, now, *claim, leased_at) : 0;
     book->Settle(lease_id, given);
-    if (i == 0) r.granted = given / scale;
+    if (i == 0) r.reply.granted = given / scale;
     if (given == 0) continue;
     if (e.limiter.IsFresh(e.rate, now) && store_.FindSplit(e.id) == nullptr) {
       store_.Erase(e.policy, e.id);
@@ -202,7 +202,7 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
       store_.Pack(e.policy, std::move(e.limiter), e.slot);
     }
   }
-  r.allowed = true;
+  r.reply.allowed = true;
 }
 
 void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
@@ -213,16 +213,16 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Unpack(e.policy, e.slot);
     if (const Store::Split* split = store_.FindSplit(e.id)) {
-      r.split_k = split->k;
-      r.split_epoch = split->epoch;
-      r.split_valid_ms = std::max<int64_t>(0, split->valid_until_ms - now);
+      r.reply.split_k = split->k;
+      r.reply.split_epoch = split->epoch;
+      r.reply.split_valid_ms = std::max<int64_t>(0, split->valid_until_ms - now);
     }
   }
   r.inspected = true;
   r.tracked = e.slot != nullptr;
   const Decision d = e.limiter.Peek(e.rate, now, 1);
-  r.allowed = d.allowed;
-  r.retry_after_ms = d.retry_after_ms;
+  r.reply.allowed = d.allowed;
+  r.reply.retry_after_ms = d.retry_after_ms;
   w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,
                          d.reset_after_ms, d.allowed);
 }
