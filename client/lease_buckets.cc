@@ -111,11 +111,27 @@ struct alignas(64) LeaseBuckets::Shard {  // one cache line apart: threads on ot
   uint64_t expired = 0;                                  // guarded by mu
 };
 
+template <class F>
+LeaseBuckets::Settled LeaseBuckets::Settle(const KeyId& id, F&& f) {
+  Settled s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.buckets.find(id);
+  if (it == shard.buckets.end()) return s;  // dropped: nobody waits on it
+  Bucket& b = it->second;
+  f(shard, b, s);
+  s.policy = b.policy;
+  s.key = b.key;
+  s.tenant = b.tenant;
+  return s;
+}
+
 LeaseBuckets::LeaseBuckets(const PolicySet& policies, Options options, ClientCounters& counters)
     : policies_(policies), options_(options), counters_(counters) {
   for (const Policy& p : policies_.policies()) {
     int64_t cap = kMaxCost;
-    for (const Policy* q : policies_.Chain(p)) cap = std::min(cap, FullAllowance(q->algorithm, q->rate));
+    for (const Policy* q : policies_.Chain(p))
+      cap = std::min(cap, FullAllowance(q->algorithm, q->rate));
     capacity_.push_back(cap);
   }
   for (size_t i = 0; i < kShards; ++i) shards_.push_back(std::make_unique<Shard>());
@@ -293,113 +309,87 @@ void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Set
 }
 
 LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int64_t now_us) {
-  Settled s;
-  Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(id);
-  if (it == shard.buckets.end()) return s;
-  Bucket& b = it->second;
-  b.lease_in_flight = false;
-  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-  if (g.granted > 0) {
-    b.batches.push_back(
-        {g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id, g.granted, g.sub});
-    b.units += g.granted;
-    ClientCounters::Add(counters_.leases);
-    ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
-  }
-  b.lease_size = std::max(p.LeaseSize(), g.suggested_lease);
-  b.store_remaining = g.store_remaining;
-  if (b.last_reply_us > 0 && now_us > b.last_reply_us) {
-    const int64_t rtt = now_us - b.lease_sent_us;
-    const int64_t need = b.spent_since_reply * rtt / (now_us - b.last_reply_us);
-    b.watermark = std::clamp<int64_t>(need, 1, std::max<int64_t>(1, b.lease_size / 2));
-  }
-  b.last_reply_us = now_us;
-  b.spent_since_reply = 0;
-  // Short: the owner had less than asked, so the key is out of units across the fleet.
-  const bool owner_short = g.granted < g.wanted;
-  b.next_lease_us = owner_short ? Backoff(b, p, g.retry_after_ms, now_us, id) : 0;
-  b.Expire(now_us, &shard.expired);
-  ServeWaiters(b, owner_short, now_us, s);
-  if (owner_short && g.denied_by != nullptr) {
-    for (size_t i = 0; i < s.answers.size(); ++i) {
-      client::Decision& d = s.answers[i].second;
-      if (d.allowed) continue;
-      d.policy = g.denied_by->name;
-      d.limit = g.denied_by->rate.limit();
-      d.window_ms = g.denied_by->rate.window_ms();
+  return Settle(id, [&](Shard& shard, Bucket& b, Settled& s) {
+    b.lease_in_flight = false;
+    const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+    if (g.granted > 0) {
+      b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
+                           g.granted, g.sub});
+      b.units += g.granted;
+      ClientCounters::Add(counters_.leases);
+      ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
     }
-  }
-  // Requests that came while the lease was in flight and that it could not pay: the next
-  // store call is theirs.
-  s.lease_again = !b.waiters.empty();
-  if (s.lease_again) b.lease_in_flight = true;
-  return s;
+    b.lease_size = std::max(p.LeaseSize(), g.suggested_lease);
+    b.store_remaining = g.store_remaining;
+    if (b.last_reply_us > 0 && now_us > b.last_reply_us) {
+      const int64_t rtt = now_us - b.lease_sent_us;
+      const int64_t need = b.spent_since_reply * rtt / (now_us - b.last_reply_us);
+      b.watermark = std::clamp<int64_t>(need, 1, std::max<int64_t>(1, b.lease_size / 2));
+    }
+    b.last_reply_us = now_us;
+    b.spent_since_reply = 0;
+    // Short: the owner had less than asked, so the key is out of units across the fleet.
+    const bool owner_short = g.granted < g.wanted;
+    b.next_lease_us = owner_short ? Backoff(b, p, g.retry_after_ms, now_us, id) : 0;
+    b.Expire(now_us, &shard.expired);
+    ServeWaiters(b, owner_short, now_us, s);
+    if (owner_short && g.denied_by != nullptr) {
+      for (size_t i = 0; i < s.answers.size(); ++i) {
+        client::Decision& d = s.answers[i].second;
+        if (d.allowed) continue;
+        d.policy = g.denied_by->name;
+        d.limit = g.denied_by->rate.limit();
+        d.window_ms = g.denied_by->rate.window_ms();
+      }
+    }
+    // Requests that came while the lease was in flight and that it could not pay: the next
+    // store call is theirs.
+    s.lease_again = !b.waiters.empty();
+    if (s.lease_again) b.lease_in_flight = true;
+  });
 }
 
 LeaseBuckets::Settled LeaseBuckets::OnRefused(const KeyId& id, const std::string& error,
                                               int64_t retry_after_ms, int64_t now_us) {
-  Settled s;
-  Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(id);
-  if (it == shard.buckets.end()) return s;
-  Bucket& b = it->second;
-  b.lease_in_flight = false;
-  if (retry_after_ms > 0) b.next_lease_us = now_us + retry_after_ms * 1000;
-  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-  for (Bucket::Waiter& w : b.waiters) {
-    client::Decision d = Answer(p, false);
-    d.error = error;
-    d.retry_after = std::chrono::milliseconds(retry_after_ms);
-    d.source = client::Source::kStore;
-    s.answers.emplace_back(std::move(w.done), std::move(d));
-  }
-  b.waiters.clear();
-  b.waiting_units = 0;
-  return s;
+  return Settle(id, [&](Shard&, Bucket& b, Settled& s) {
+    b.lease_in_flight = false;
+    if (retry_after_ms > 0) b.next_lease_us = now_us + retry_after_ms * 1000;
+    const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
+    for (Bucket::Waiter& w : b.waiters) {
+      client::Decision d = Answer(p, false);
+      d.error = error;
+      d.retry_after = std::chrono::milliseconds(retry_after_ms);
+      d.source = client::Source::kStore;
+      s.answers.emplace_back(std::move(w.done), std::move(d));
+    }
+    b.waiters.clear();
+    b.waiting_units = 0;
+  });
 }
 
 LeaseBuckets::Settled LeaseBuckets::OnFailed(const KeyId& id) {
-  Settled s;
-  Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(id);
-  if (it == shard.buckets.end()) return s;
-  Bucket& b = it->second;
-  b.lease_in_flight = false;
-  s.policy = b.policy;
-  s.key = b.key;
-  s.tenant = b.tenant;
-  for (Bucket::Waiter& w : b.waiters) s.fallbacks.emplace_back(std::move(w.done), w.cost);
-  b.waiters.clear();
-  b.waiting_units = 0;
-  return s;
+  return Settle(id, [&](Shard&, Bucket& b, Settled& s) {
+    b.lease_in_flight = false;
+    for (Bucket::Waiter& w : b.waiters) s.fallbacks.emplace_back(std::move(w.done), w.cost);
+    b.waiters.clear();
+    b.waiting_units = 0;
+  });
 }
 
 LeaseBuckets::Settled LeaseBuckets::OnDeadline(const KeyId& id, int64_t now_us) {
-  Settled s;
-  Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(id);
-  if (it == shard.buckets.end()) return s;
-  Bucket& b = it->second;
-  b.timer_armed = false;
-  s.policy = b.policy;
-  s.key = b.key;
-  s.tenant = b.tenant;
-  while (!b.waiters.empty() && b.waiters.front().deadline_us <= now_us) {
-    b.waiting_units -= b.waiters.front().cost;
-    s.fallbacks.emplace_back(std::move(b.waiters.front().done), b.waiters.front().cost);
-    b.waiters.pop_front();
-  }
-  if (!b.waiters.empty()) {
-    b.timer_armed = true;
-    s.arm_timer = true;
-    s.timer_at_us = b.waiters.front().deadline_us;
-  }
-  return s;
+  return Settle(id, [&](Shard&, Bucket& b, Settled& s) {
+    b.timer_armed = false;
+    while (!b.waiters.empty() && b.waiters.front().deadline_us <= now_us) {
+      b.waiting_units -= b.waiters.front().cost;
+      s.fallbacks.emplace_back(std::move(b.waiters.front().done), b.waiters.front().cost);
+      b.waiters.pop_front();
+    }
+    if (!b.waiters.empty()) {
+      b.timer_armed = true;
+      s.arm_timer = true;
+      s.timer_at_us = b.waiters.front().deadline_us;
+    }
+  });
 }
 
 std::vector<LeaseBuckets::Unspent> LeaseBuckets::TakeUnspent(int64_t now_us) {

@@ -100,7 +100,7 @@ class LeaseBuckets {
   // deadline timer.
   struct Settled {
     std::vector<std::pair<Done, client::Decision>> answers;
-    // Requests that fall back, with their costs, and the bucket's limit they were for.
+    // Requests that fall back, with their costs, and the bucket's limit they are for.
     std::vector<std::pair<Done, int64_t>> fallbacks;
     int policy = 0;
     std::string key, tenant;
@@ -145,6 +145,9 @@ class LeaseBuckets {
   bool Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us, client::Decision* out,
              bool* refill);
   void SweepIdle(Shard& shard, int64_t now_us);
+  // Runs f(shard, bucket, settled) with the bucket's shard locked; nothing when it is gone.
+  template <class F>
+  Settled Settle(const KeyId& id, F&& f);
   client::Decision Answer(const Policy& p, bool allowed) const;
   static void Fill(client::Decision* d, const Policy& p, bool allowed);
   // Waiting requests that their bucket can pay now are answered; when `short_ms` is set the
