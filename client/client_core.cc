@@ -48,14 +48,12 @@ void ClientCore::Fallback(const ResolvedRequest& r, Done done) {
 
 bool ClientCore::TryLocal(const client::Request& req, ClientDecision* out) {
   // Only keys that already have a bucket, found by their identity without resolving the
-  // policy (protocol::LimitId: a nested policy's request always has its tenant; a request
-  // naming a tenant for a policy that does not nest takes the slower path).
+  // policy (a request naming a tenant for a policy that does not nest takes the slow path).
   if (req.key.empty() || req.key.size() > kMaxKeyBytes || req.tenant.size() > kMaxKeyBytes ||
       req.policy.size() > kMaxNameBytes || req.operation.size() > kMaxNameBytes) {
     return false;
   }
-  const KeyId id = req.tenant.empty() ? MakeKeyId({req.policy, req.key})
-                                      : MakeKeyId({req.policy, req.tenant, req.key});
+  const KeyId id = protocol::LimitIdOfRequest(req.policy, req.key, req.tenant);
   bool refill = false;
   if (!buckets_.TrySpend(id, req.operation, req.cost, scheduler_.NowCoarseUs(), out, &refill)) {
     return false;

@@ -32,8 +32,11 @@ std::string SubBucketRoutingKey(std::string_view key, uint16_t index) {
 }
 
 KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenant) {
-  return policy.parent_index >= 0 ? MakeKeyId({policy.name, tenant, key})
-                                  : MakeKeyId({policy.name, key});
+  return LimitIdOfRequest(policy.name, key, policy.parent_index >= 0 ? tenant : "");
+}
+
+KeyId LimitIdOfRequest(std::string_view policy, std::string_view key, std::string_view tenant) {
+  return tenant.empty() ? MakeKeyId({policy, key}) : MakeKeyId({policy, tenant, key});
 }
 
 KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {

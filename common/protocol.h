@@ -33,6 +33,10 @@ std::string SubBucketRoutingKey(std::string_view key, uint16_t index);
 void AppendSubBucketRoutingKey(std::string& out, std::string_view key, uint16_t index);
 
 KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenant);
+// The same without the policy at hand (a gateway's fast path): equal to LimitId for a
+// request of a nested policy (which names its tenant) and for a request of one that does not
+// nest that names no tenant.
+KeyId LimitIdOfRequest(std::string_view policy, std::string_view key, std::string_view tenant);
 KeyId AncestorId(const Policy& ancestor, std::string_view tenant);
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index);
