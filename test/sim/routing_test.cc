@@ -155,13 +155,18 @@ TEST(Routing, ProbesOfAReturningNodeAreSpreadOut) {
   c.transport().node("n0:1").refuses = true;
   std::vector<ClientCore*> gateways;
   for (int i = 0; i < 20; ++i) gateways.push_back(&c.AddGateway({"n0:1"}));
-  for (ClientCore* g : gateways) c.Decide(*g, {"login", "k"});  // refused: marked down
+  // All refused at the same instant: all marked down together.
   const int64_t start = c.sched().NowUs();
+  int answered = 0;
+  for (ClientCore* g : gateways) {
+    g->DecideAsync({"login", "k"}, [&](Decision d) { answered += d.source == Source::kFallback; });
+  }
   std::vector<int64_t> probes;
   c.transport().on_send = [&](int64_t now, const std::string&, const OpSpec& op) {
     if (op.kind == OpKind::kStats) probes.push_back(now - start);
   };
   c.sched().RunFor(149'999);  // a second probe comes 100 ms after the first at the soonest
+  EXPECT_EQ(answered, 20);
   ASSERT_EQ(probes.size(), 20u);
   const std::set<int64_t> distinct(probes.begin(), probes.end());
   EXPECT_GE(distinct.size(), 15u) << "gateways probe together";
