@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "client/routing.h"
 #include "test/sim/sim.h"
 
 namespace limiter {
@@ -74,6 +75,37 @@ TEST(Routing, ANewerMemberListFromANodeIsAdopted) {
   EXPECT_EQ(g.counters().wrong_owner, 1u);
   EXPECT_EQ(c.Decide(g, {"login", key}).source, Source::kStore);
   EXPECT_EQ(g.counters().wrong_owner, 1u);  // straight to n1 now
+}
+
+// A scheduler that runs nothing by itself: what was offloaded waits until the test runs it.
+class HeldScheduler final : public Scheduler {
+ public:
+  int64_t NowUs() const override { return 0; }
+  void Post(std::function<void()>) override {}
+  uint64_t After(int64_t, std::function<void()>) override { return 0; }
+  void Cancel(uint64_t) override {}
+  void Offload(std::function<void()> fn) override { offloaded.push_back(std::move(fn)); }
+  std::vector<std::function<void()>> offloaded;
+};
+
+TEST(Routing, ANewRingIsBuiltOffTheSchedulersThread) {
+  HeldScheduler s;
+  Routing routing({"n0:1"}, 1, s, {}, 1);
+  EXPECT_TRUE(routing.Offer({"n0:1", "n1:1"}, 2));
+  // Building 2^18 slots waits for the offloaded task; decisions meanwhile use the old ring.
+  EXPECT_EQ(routing.membership()->generation, 1u);
+  EXPECT_EQ(routing.OwnerOf("any"), "n0:1");
+  ASSERT_EQ(s.offloaded.size(), 1u);
+  EXPECT_FALSE(routing.Offer({"n0:1", "n1:1"}, 2));  // being built already
+  EXPECT_FALSE(routing.Offer({"n0:1", "n2:1"}, 1));  // older
+  s.offloaded.front()();
+  EXPECT_EQ(routing.membership()->generation, 2u);
+  EXPECT_EQ(routing.membership()->ring->version(), Ring({"n0:1", "n1:1"}).version());
+  EXPECT_EQ(routing.adopted(), 1u);
+  // The same list again, newer: only its generation moves, nothing to build.
+  EXPECT_TRUE(routing.Offer({"n1:1", "n0:1"}, 3));
+  EXPECT_EQ(s.offloaded.size(), 1u);
+  EXPECT_EQ(routing.membership()->generation, 3u);
 }
 
 TEST(Routing, AStaleNodeCannotTakeTheRingBack) {
