@@ -124,6 +124,26 @@ TEST_F(PromisesTest, AReturnAfterTheBucketWasFullAgainGivesNothingBack) {
   EXPECT_EQ(Checks("second", "k", 5), 0);
 }
 
+TEST_F(PromisesTest, NothingLeasedBeforeARestartCanBeReturnedAfterIt) {
+  RequestBuilder b;
+  b.Lease(1, "hour", "r", "", 10);
+  const wire::OpReply& lease = One(b);
+  ASSERT_EQ(lease.granted(), 10);
+  const int64_t granted_at = lease.granted_at_ms();
+  const uint64_t lease_id = lease.lease_id();
+  // The node restarts (same clock, fresh memory): its key starts full, and it knows no lease.
+  node_ = std::make_unique<Node>(policies_, clock_, NodeOptions{});
+  a_ = &node_->AddWorker();
+  EXPECT_EQ(Checks("hour", "r", 990), 990);
+  b.Return(2, "hour", "r", "", 10, granted_at, lease_id);
+  const wire::OpReply& r = One(b);
+  EXPECT_EQ(r.status(), wire::Status::BadRequest);
+  EXPECT_EQ(Checks("hour", "r", 20), 10);  // the 10 the new life still had, no more
+  // A lease of this life has another id, whatever the old one was.
+  b.Lease(3, "hour", "r2", "", 5);
+  EXPECT_NE(One(b).lease_id(), lease_id + 1);
+}
+
 TEST_F(PromisesTest, AFixedWindowKeyNeverGoesBackToAnEarlierWindow) {
   // Worker a reads the clock in the next window and admits the limit; worker b's frame was
   // read a moment before the boundary and is handled after: it must not reset the count.
