@@ -15,7 +15,7 @@ void LeaseBook::Grant(uint64_t lease_id, int64_t now_ms, int64_t expires_ms, int
 }
 
 Result<int64_t> LeaseBook::Claim(uint64_t lease_id, int64_t leased_at_ms, int64_t units,
-                                 int64_t charge, int64_t now_ms) const {
+                                 int64_t scale, int64_t now_ms) const {
   const std::string name = "lease " + std::to_string(lease_id);
   for (auto it = records_.begin(); it != records_.end(); ++it) {
     const Record& r = *it;
@@ -30,7 +30,8 @@ Result<int64_t> LeaseBook::Claim(uint64_t lease_id, int64_t leased_at_ms, int64_
       return Error{"returns " + std::to_string(units) + " units of " + name + ", which granted " +
                    std::to_string(r.units)};
     }
-    int64_t least = charge;  // the least charge in effect since the grant
+    // No more than it granted, so at most a burst: units * scale cannot overflow (Rate).
+    int64_t least = units * scale;  // then the least charge in effect since the grant
     for (auto later = it; later != records_.end(); ++later) least = std::min(least, later->low);
     return least;
   }

@@ -51,9 +51,10 @@ class LeaseBook {
   // effect (Clamp was called just before it was charged).
   void Grant(uint64_t lease_id, int64_t now_ms, int64_t expires_ms, int64_t units,
              int64_t in_effect);
-  // How many charge units a return of `units` (charged `charge`) of lease `lease_id` may give
-  // back; an error (naming the lease) when it is not outstanding here or claims too much.
-  Result<int64_t> Claim(uint64_t lease_id, int64_t leased_at_ms, int64_t units, int64_t charge,
+  // How many charge units a return of `units` of lease `lease_id` may give back (`scale`
+  // charge units a unit); an error (naming the lease) when it is not outstanding here or
+  // claims more than it granted.
+  Result<int64_t> Claim(uint64_t lease_id, int64_t leased_at_ms, int64_t units, int64_t scale,
                         int64_t now_ms) const;
   // After the refund of `given` charge units for the lease: it is closed.
   void Settle(uint64_t lease_id, int64_t given);

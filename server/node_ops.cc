@@ -183,7 +183,7 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
                                   "lapsed, or granted before the node restarted)"};
     if (book != nullptr) {
       book->Clamp(e.limiter.InEffect(e.rate, now));
-      claim = book->Claim(lease_id, leased_at, units, units * scale, now);
+      claim = book->Claim(lease_id, leased_at, units, scale, now);
     }
     if (!claim) {
       if (i == 0) {  // the named limit: the return is refused

@@ -57,7 +57,7 @@ struct Keeper {
   int64_t Return(const Rate& rate, int64_t now, const Lease& l, int64_t units) {
     book.Clamp(limiter.InEffect(rate, now));
     const int64_t scale = limiter.ChargeScale(rate);
-    Result<int64_t> claim = book.Claim(l.id, l.at, units, units * scale, now);
+    Result<int64_t> claim = book.Claim(l.id, l.at, units, scale, now);
     if (!claim) return -1;
     const int64_t given = limiter.Refund(rate, now, *claim, l.at);
     book.Settle(l.id, given);
@@ -212,7 +212,7 @@ TEST(LeaseBook, AReturnIsAcceptedOnceForAnOutstandingLeaseOnly) {
   EXPECT_EQ(k.Return(rate, 5000, lease, 5), -1);         // more than it granted
   EXPECT_EQ(k.Return(rate, 5000, lease, 3), 3000);       // 3 units, scaled by W
   EXPECT_EQ(k.Return(rate, 5000, lease, 1), -1);         // a replay
-  const Result<int64_t> again = k.book.Claim(7, 5000, 1, 1000, 5000);
+  const Result<int64_t> again = k.book.Claim(7, 5000, 1, rate.window_ms(), 5000);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error(), "lease 7 was returned already");
   ASSERT_EQ(k.Grant(rate, 5000, 9, 2), 2);
@@ -247,6 +247,10 @@ TEST(LeaseBook, KeepsAtMostItsBoundOfRecordsAndForgetsLapsedOnes) {
   EXPECT_EQ(book.records().front().lease_id, 13u);
   EXPECT_FALSE(book.Claim(1, 100, 1, 1, 100).ok());  // forgotten: its unit lapses
   EXPECT_TRUE(book.Claim(13, 100, 1, 1, 100).ok());
+  // A claim far above any lease is refused before anything is multiplied.
+  const Result<int64_t> huge = book.Claim(13, 100, kMaxCost, int64_t{400} * 86'400'000, 100);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error(), "returns 1000000000 units of lease 13, which granted 1");
   EXPECT_FALSE(book.Expire(1100));
   EXPECT_TRUE(book.Expire(1101));
 }

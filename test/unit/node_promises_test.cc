@@ -98,6 +98,13 @@ TEST_F(PromisesTest, AReturnBeyondTheLeaseIsRefused) {
   b.Return(4, "hour", "x", "", 10, granted_at, lease_id);
   EXPECT_EQ(One(b).status(), wire::Status::BadRequest);  // a replay
   EXPECT_EQ(Checks("hour", "x", 500), 10);
+  // A huge claim on a real lease is refused (never multiplied up).
+  b.Lease(7, "hour", "x2", "", 3);
+  const wire::OpReply& small = One(b);
+  const uint64_t small_id = small.lease_id();
+  const int64_t small_at = small.granted_at_ms();
+  b.Return(8, "hour", "x2", "", kMaxCost, small_at, small_id);
+  EXPECT_EQ(One(b).status(), wire::Status::BadRequest);
   // A forged lease id, or a lease of another key, gives back nothing.
   b.Return(5, "hour", "x", "", 10, granted_at, lease_id + 1);
   EXPECT_EQ(One(b).status(), wire::Status::BadRequest);
