@@ -78,44 +78,46 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   }
   if (r.never) return Answer(resolver_.Never(r), done);
   const int64_t now_us = scheduler_.NowUs();
-  ClientDecision d;
-  bool refill = false;
-  if (r.lease && buckets_.TrySpend(r.id, {}, r.cost, now_us, &d, &refill)) {
-    if (refill) scheduler_.Post([this, id = r.id] { StartLease(id); });
-    done(std::move(d));
-    return;
-  }
-  // The owner and its health, looked up once: a strict check goes there as it is.
-  Target target = r.lease ? Target{routing_.OwnerOf(r.routing()), {}} : TargetOf(r);
-  if (target.node.empty() || routing_.IsDown(target.node)) {
-    // Units already leased are spent first: they were subtracted at the store.
-    if (r.lease && buckets_.SpendHeld(r, now_us, &d)) {
-      done(std::move(d));
-      return;
+  if (r.lease) {
+    // One look at the bucket: its units answer at once (they were subtracted at the store,
+    // so they are spent even while the owner is away); the owner is looked up only when the
+    // request has to wait for a lease.
+    ClientDecision d;
+    bool refill = false, start_lease = false;
+    std::string owner;
+    const auto owner_up = [&] {
+      owner = routing_.OwnerOf(r.routing());
+      return !owner.empty() && !routing_.IsDown(owner);
+    };
+    switch (buckets_.SpendOrQueue(r, now_us, done, &d, &refill, &start_lease, owner_up)) {
+      case LeaseBuckets::Step::kAnswered:
+        if (refill) scheduler_.Post([this, id = r.id] { StartLease(id); });
+        done(std::move(d));
+        return;
+      case LeaseBuckets::Step::kQueued:
+        if (start_lease) scheduler_.Post([this, id = r.id] { StartLease(id); });
+        return;
+      case LeaseBuckets::Step::kOwnerAway:
+        fallbacks_.Decide(r, owner, std::move(done));
+        return;
     }
+  }
+  // A strict check: its owner and health looked up once; the check goes there as it is.
+  Target target = TargetOf(r);
+  if (target.node.empty() || routing_.IsDown(target.node)) {
     fallbacks_.Decide(r, target.node, std::move(done));
     return;
   }
-  if (!r.lease) {
-    scheduler_.Post([this, req = Own(r), done = std::make_shared<Done>(std::move(done)),
-                     target = std::move(target)]() mutable {
-      StartCheck(req, done, 0, scheduler_.NowUs() + options_.deadline_us, std::move(target));
-    });
-    return;
-  }
-  LeaseBuckets::Queued queued;
-  if (buckets_.SpendOrQueue(r, now_us, done, &d, &refill, &queued)) {
-    if (refill) scheduler_.Post([this, id = r.id] { StartLease(id); });
-    done(std::move(d));
-    return;
-  }
-  if (queued.lease) scheduler_.Post([this, id = r.id] { StartLease(id); });
-  if (queued.arm_timer) ArmWaiterTimer(r.id, queued.timer_at_us);
+  scheduler_.Post([this, req = Own(r), done = std::make_shared<Done>(std::move(done)),
+                   target = std::move(target)]() mutable {
+    StartCheck(req, done, 0, scheduler_.NowUs() + options_.deadline_us, std::move(target));
+  });
 }
 
 // ----- leases -----
 
 void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
+  if (attempt > 0) Settle(id, buckets_.OnRetry(id));
   const std::optional<LeaseBuckets::Ask> ask = buckets_.NextLease(id, scheduler_.NowUs());
   if (!ask) return;
   const Policy& p = policies_.policies()[static_cast<size_t>(ask->policy)];

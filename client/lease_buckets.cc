@@ -11,8 +11,11 @@ namespace {
 constexpr size_t kShards = 256;
 // Local buckets per shard before the first sweep for idle ones (then twice what remained).
 constexpr size_t kFirstSweep = 64;
-// A key its owner said is out backs off at most this long before asking again.
-constexpr int64_t kMaxBackoffUs = 1'000'000;
+// A key its owner said is out backs off at most this long before asking again: long enough
+// that N gateways polling an over-limit key cost the owner little (a key at 100/s with
+// leases of 20 and 40 gateways would wait 8 s for its share), short enough that a key of a
+// day's window is not locked out on a gateway for days.
+constexpr int64_t kMaxBackoffUs = 10'000'000;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -52,7 +55,7 @@ struct alignas(64) LeaseBuckets::Bucket {  // own cache lines: other threads' ke
     }
 
    private:
-    std::array<Batch, 8> items_;
+    std::array<Batch, 4> items_;
     size_t size_ = 0;
   };
   struct Waiter {
@@ -77,7 +80,7 @@ struct alignas(64) LeaseBuckets::Bucket {  // own cache lines: other threads' ke
   int64_t lease_sent_us = 0;
   int64_t last_reply_us = 0;
   int64_t spent_since_reply = 0;
-  std::deque<Waiter> waiters;
+  std::vector<Waiter> waiters;  // oldest first (a vector: nothing allocated until one waits)
   int64_t waiting_units = 0;  // sum of the waiters' costs
   bool timer_armed = false;
 
@@ -120,9 +123,11 @@ LeaseBuckets::Settled LeaseBuckets::Settle(const KeyId& id, F&& f) {
   if (it == shard.buckets.end()) return s;  // dropped: nobody waits on it
   Bucket& b = it->second;
   f(shard, b, s);
-  s.policy = b.policy;
-  s.key = b.key;
-  s.tenant = b.tenant;
+  if (!s.fallbacks.empty()) {  // what they fall back for
+    s.policy = b.policy;
+    s.key = b.key;
+    s.tenant = b.tenant;
+  }
   return s;
 }
 
@@ -203,43 +208,32 @@ bool LeaseBuckets::TrySpend(const KeyId& id, std::string_view operation, int64_t
   return Spend(shard, b, cost, now_us, out, refill);
 }
 
-bool LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done,
-                                client::Decision* out, bool* refill, Queued* queued) {
+LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us,
+                                              Done& done, client::Decision* out, bool* refill,
+                                              bool* start_lease,
+                                              const std::function<bool()>& owner_up) {
   Shard& shard = ShardOf(r.id);
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.buckets.size() >= shard.sweep_at && !shard.buckets.contains(r.id)) {
-    SweepIdle(shard, now_us);
+  auto it = shard.buckets.find(r.id);
+  if (it != shard.buckets.end() && Spend(shard, it->second, r.cost, now_us, out, refill)) {
+    return Step::kAnswered;
   }
-  auto [it, created] = shard.buckets.try_emplace(r.id);
-  Bucket& b = it->second;
-  if (created) {
+  if (!owner_up()) return Step::kOwnerAway;
+  if (it == shard.buckets.end()) {
+    if (shard.buckets.size() >= shard.sweep_at) SweepIdle(shard, now_us);
+    it = shard.buckets.try_emplace(r.id).first;
+    Bucket& b = it->second;
     b.policy = r.index;
     b.key = std::string(r.key);
     b.tenant = std::string(r.tenant);
     b.lease_size = r.policy->LeaseSize();
   }
-  if (Spend(shard, b, r.cost, now_us, out, refill)) return true;
+  Bucket& b = it->second;
   b.waiters.push_back({r.cost, now_us + options_.deadline_us, std::move(done)});
   b.waiting_units += r.cost;
-  queued->lease = !b.lease_in_flight;
+  *start_lease = !b.lease_in_flight;
   b.lease_in_flight = true;
-  queued->arm_timer = !b.timer_armed;
-  b.timer_armed = true;
-  queued->timer_at_us = b.waiters.front().deadline_us;
-  return false;
-}
-
-bool LeaseBuckets::SpendHeld(const ResolvedRequest& r, int64_t now_us, client::Decision* out) {
-  Shard& shard = ShardOf(r.id);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(r.id);
-  if (it == shard.buckets.end()) return false;
-  Bucket& b = it->second;
-  bool refill = false;
-  const bool lease_was_in_flight = b.lease_in_flight;
-  if (!Spend(shard, b, r.cost, now_us, out, &refill)) return false;
-  if (refill) b.lease_in_flight = lease_was_in_flight;  // no refill while the owner is away
-  return true;
+  return Step::kQueued;
 }
 
 void LeaseBuckets::SweepIdle(Shard& shard, int64_t now_us) {
@@ -269,7 +263,7 @@ std::optional<LeaseBuckets::Ask> LeaseBuckets::NextLease(const KeyId& id, int64_
 int64_t LeaseBuckets::Backoff(const Bucket& b, const Policy& p, int64_t retry_after_ms,
                               int64_t now_us, const KeyId& id) const {
   // When this gateway's share of the rate (1/N) would have refilled a lease, or when the
-  // owner says the rest is there, whichever is later; within [1 ms, 1 s]. With N gateways
+  // owner says the rest is there, whichever is later; within [1 ms, 10 s]. With N gateways
   // asking in turn, the owner sees about one lease per lease's worth of units the key earns.
   const __int128 share = static_cast<__int128>(b.lease_size) * p.rate.window_ms() * 1000 *
                          std::max(1, options_.gateways) / p.rate.limit();
@@ -284,7 +278,8 @@ int64_t LeaseBuckets::Backoff(const Bucket& b, const Policy& p, int64_t retry_af
 
 void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Settled& s) {
   const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-  std::deque<Bucket::Waiter> waiting;
+  // Served or denied in place; those that keep waiting move up, in order.
+  size_t kept = 0;
   for (Bucket::Waiter& w : b.waiters) {
     if (b.units >= w.cost) {
       b.Take(w.cost);
@@ -300,10 +295,10 @@ void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Set
       d.source = client::Source::kStore;
       s.answers.emplace_back(std::move(w.done), std::move(d));
     } else {
-      waiting.push_back(std::move(w));
+      b.waiters[kept++] = std::move(w);
     }
   }
-  b.waiters = std::move(waiting);
+  b.waiters.resize(kept);
   b.waiting_units = 0;
   for (const Bucket::Waiter& w : b.waiters) b.waiting_units += w.cost;
 }
@@ -343,9 +338,14 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
       }
     }
     // Requests that came while the lease was in flight and that it could not pay: the next
-    // store call is theirs.
+    // store call is theirs, within their own deadlines.
     s.lease_again = !b.waiters.empty();
-    if (s.lease_again) b.lease_in_flight = true;
+    if (s.lease_again) {
+      b.lease_in_flight = true;
+      s.arm_timer = !b.timer_armed;
+      b.timer_armed = true;
+      s.timer_at_us = b.waiters.front().deadline_us;
+    }
   });
 }
 
@@ -376,14 +376,24 @@ LeaseBuckets::Settled LeaseBuckets::OnFailed(const KeyId& id) {
   });
 }
 
+LeaseBuckets::Settled LeaseBuckets::OnRetry(const KeyId& id) {
+  return Settle(id, [&](Shard&, Bucket& b, Settled& s) {
+    if (b.waiters.empty() || b.timer_armed) return;
+    b.timer_armed = true;
+    s.arm_timer = true;
+    s.timer_at_us = b.waiters.front().deadline_us;
+  });
+}
+
 LeaseBuckets::Settled LeaseBuckets::OnDeadline(const KeyId& id, int64_t now_us) {
   return Settle(id, [&](Shard&, Bucket& b, Settled& s) {
     b.timer_armed = false;
-    while (!b.waiters.empty() && b.waiters.front().deadline_us <= now_us) {
-      b.waiting_units -= b.waiters.front().cost;
-      s.fallbacks.emplace_back(std::move(b.waiters.front().done), b.waiters.front().cost);
-      b.waiters.pop_front();
+    size_t late = 0;  // the deadlines come in order
+    for (; late < b.waiters.size() && b.waiters[late].deadline_us <= now_us; ++late) {
+      b.waiting_units -= b.waiters[late].cost;
+      s.fallbacks.emplace_back(std::move(b.waiters[late].done), b.waiters[late].cost);
     }
+    b.waiters.erase(b.waiters.begin(), b.waiters.begin() + static_cast<std::ptrdiff_t>(late));
     if (!b.waiters.empty()) {
       b.timer_armed = true;
       s.arm_timer = true;

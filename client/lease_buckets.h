@@ -8,8 +8,9 @@
 // units), and falls back by class when its deadline passes first. A warm key never waits:
 // below a watermark (the units it spends during one round trip) the bucket is topped up in
 // the background. After the owner was short, requests the bucket cannot pay are denied here
-// until this gateway's share of the rate would have refilled a unit (at most a second, with
-// jitter), so a key over its limit does not cost the store a call per request.
+// until this gateway's share of the rate (1/N) would have refilled a lease, or the owner says
+// the rest is there (at least 1 ms, at most 10 s, with jitter), so a key over its limit does
+// not cost the store a call per request.
 //
 // Memory follows the keys in use: a shard drops its idle buckets (nothing held, nobody
 // waiting, nothing in flight) when it reaches 64 of them or twice what it kept last time.
@@ -21,7 +22,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,18 +60,16 @@ class LeaseBuckets {
   // while the owner has said the key is out. *refill: start a background lease (StartLease).
   bool TrySpend(const KeyId& id, std::string_view operation, int64_t cost, int64_t now_us,
                 client::Decision* out, bool* refill);
-  // What a queued request needs started: a lease, and the bucket's deadline timer.
-  struct Queued {
-    bool lease = false;
-    bool arm_timer = false;
-    int64_t timer_at_us = 0;
-  };
-  // Answers from the request's bucket (making it) as TrySpend does and returns true, or
-  // queues `done` (moved from) for the lease in flight or the next one and returns false.
-  bool SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done, client::Decision* out,
-                    bool* refill, Queued* queued);
-  // With the owner away: spends units already held, if the bucket has them.
-  bool SpendHeld(const ResolvedRequest& r, int64_t now_us, client::Decision* out);
+  // Answers from the request's bucket (making it) as TrySpend does; else, when owner_up()
+  // says its owner can be asked, queues `done` (moved from) for the lease in flight or the
+  // next one (*start_lease: none is in flight, start one), and else leaves `done` alone. A
+  // queued request waits at most for the lease in flight (whose deadline is no later than
+  // its own); only when that lease could not pay it and the next one is started does the
+  // bucket need a deadline timer of its own (Settled::arm_timer). owner_up runs with the
+  // bucket's shard locked.
+  enum class Step { kAnswered, kQueued, kOwnerAway };
+  Step SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done, client::Decision* out,
+                    bool* refill, bool* start_lease, const std::function<bool()>& owner_up);
 
   // --- leasing ---
 
@@ -115,6 +113,9 @@ class LeaseBuckets {
                     int64_t now_us);
   // No usable answer in time: waiting requests fall back by class.
   Settled OnFailed(const KeyId& id);
+  // The lease is asked again elsewhere (a redirect, a sub-bucket): waiting requests keep
+  // their own deadlines meanwhile (Settled::arm_timer).
+  Settled OnRetry(const KeyId& id);
   // The bucket's deadline timer: requests past their deadline fall back.
   Settled OnDeadline(const KeyId& id, int64_t now_us);
 

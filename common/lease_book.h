@@ -15,15 +15,17 @@
 // or grant (the charge in effect only falls as time passes), so the node clamps the last
 // segment then, and before a return. One return per lease: a replay gets nothing.
 //
-// Bounded: at most kMaxRecords grants per key (the oldest is forgotten first: its units
-// simply lapse, and no later lease needs its segment), and records lapse with their lease's
-// TTL. Charges are in the algorithm's charge units (KeyLimiter::ChargeScale). A value type;
-// the store guards it with the key's stripe.
+// Bounded: at most kMaxRecords grants per key, inline (the oldest is forgotten first: its
+// units simply lapse, and no later lease needs its segment); records lapse with their
+// lease's TTL, dropped as new grants come. Charges are in the algorithm's charge units
+// (KeyLimiter::ChargeScale). A value type; the store keeps one beside its key's state, in
+// the key's stripe, and drops it with the key.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
+#include <array>
+#include <span>
 
 #include "common/result.h"
 
@@ -31,7 +33,7 @@ namespace limiter {
 
 class LeaseBook {
  public:
-  static constexpr size_t kMaxRecords = 8;
+  static constexpr size_t kMaxRecords = 4;
 
   struct Record {
     uint64_t lease_id = 0;
@@ -42,13 +44,14 @@ class LeaseBook {
     bool returned = false;
   };
 
-  bool empty() const { return records_.empty(); }
-  const std::vector<Record>& records() const { return records_; }
+  bool empty() const { return size_ == 0; }
+  std::span<const Record> records() const { return {records_.data(), size_}; }
 
   // The key's charge in effect now; call before every admission, grant and refund.
   void Clamp(int64_t in_effect);
   // A grant of `units` at now_ms, lapsing at expires_ms, after which `in_effect` is in
-  // effect (Clamp was called just before it was charged).
+  // effect (Clamp was called with what was in effect just before it was charged). Lapsed
+  // records go first.
   void Grant(uint64_t lease_id, int64_t now_ms, int64_t expires_ms, int64_t units,
              int64_t in_effect);
   // How many charge units a return of `units` of lease `lease_id` may give back (`scale`
@@ -62,7 +65,9 @@ class LeaseBook {
   bool Expire(int64_t now_ms);
 
  private:
-  std::vector<Record> records_;  // oldest first
+  void DropFront(size_t n);
+  std::array<Record, kMaxRecords> records_;  // oldest first
+  size_t size_ = 0;
 };
 
 }  // namespace limiter

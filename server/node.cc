@@ -47,8 +47,13 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   membership_.store(
       std::make_shared<const Membership>(Membership{Ring(options_.members), options_.generation}));
   parents_.assign(policies.policies().size(), false);
+  leased_.assign(policies.policies().size(), false);
   for (const Policy& p : policies.policies()) {
     if (p.parent_index >= 0) parents_[static_cast<size_t>(p.parent_index)] = true;
+    if (p.mode != LeaseMode::kLease) continue;
+    for (const Policy* q : policies.Chain(p)) {
+      leased_[static_cast<size_t>(q - policies.policies().data())] = true;
+    }
   }
   sub_rates_.resize(policies.policies().size());
   for (size_t i = 0; i < policies.policies().size(); ++i) {

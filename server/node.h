@@ -149,8 +149,10 @@ class Node {
   void CollectStripes(Worker& w);
   void Load(Worker& w, int64_t now);
   // With the entries' stripes locked, before an admission or a grant changes them: each
-  // entry's charge in effect, clamping the lease books of those that have one.
-  void ClampBooks(Worker& w, int64_t now);
+  // entry's charge in effect (of policies a lease can charge); and after it is saved, the
+  // lease books of those that have one learn it.
+  void NoteInEffect(Worker& w, int64_t now);
+  void ClampBooks(Worker& w);
   void Count(Worker& w, int type, Outcome outcome);
   // With the entries' stripes locked: true when one of the op's own limits is split, and r
   // then carries the split instead of a decision.
@@ -177,6 +179,7 @@ class Node {
   std::atomic<uint64_t> next_lease_id_;
   const int64_t started_ms_;
   std::vector<bool> parents_;  // per policy: some policy nests under it
+  std::vector<bool> leased_;   // per policy: a LEASE can charge it (lease mode, or an ancestor)
   // Per policy, the sub-buckets' rates at the configured split k (SubRate); empty when the
   // policy cannot split. Computed once: every op on a split key needs its share.
   std::vector<std::vector<Rate>> sub_rates_;

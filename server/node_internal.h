@@ -26,7 +26,10 @@ struct Node::Entry {
   Slot* slot = nullptr;
   KeyLimiter limiter{Algorithm::kGcra};
   Decision decision;
-  int64_t in_effect = 0;  // LEASE: the charge in effect once the grant is charged
+  // For lease books: the charge in effect before this op changed the state, and (LEASE)
+  // once the grant is charged.
+  int64_t in_effect_before = 0;
+  int64_t in_effect = 0;
 };
 
 // What an op's reply says: the wire fields, set by the op (the views among them are filled

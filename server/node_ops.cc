@@ -57,9 +57,17 @@ void Node::Load(Worker& w, int64_t now) {
   }
 }
 
-void Node::ClampBooks(Worker& w, int64_t now) {
+void Node::NoteInEffect(Worker& w, int64_t now) {
   for (Entry& e : w.entries) {
-    if (LeaseBook* book = store_.FindBook(e.id)) book->Clamp(e.limiter.InEffect(e.rate, now));
+    if (leased_[static_cast<size_t>(e.policy)])
+      e.in_effect_before = e.limiter.InEffect(e.rate, now);
+  }
+}
+
+void Node::ClampBooks(Worker& w) {
+  for (const Entry& e : w.entries) {
+    if (!leased_[static_cast<size_t>(e.policy)]) continue;
+    if (LeaseBook* book = store_.FindBook(e.id)) book->Clamp(e.in_effect_before);
   }
 }
 
@@ -71,7 +79,8 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     Load(w, now);
-    if (store_.books() > 0) ClampBooks(w, now);
+    const bool books = store_.books() > 0;
+    if (books) NoteInEffect(w, now);
     bool all = true;
     if (entries.size() == 1 && !dry_run) {
       // One limit: decide in place; a denial changes nothing worth saving.
@@ -95,6 +104,9 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
         return;
       }
       charged = all && !dry_run;
+      // Before an admission is the least a lease's charge can have fallen to: its books
+      // learn it (after Save: the slots are where they stay).
+      if (charged && books) ClampBooks(w);
     }
     r.reply.allowed = all;
   }
@@ -120,7 +132,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     Load(w, now);
-    if (store_.books() > 0) ClampBooks(w, now);
+    NoteInEffect(w, now);
     int64_t grant = units;
     for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
     for (Entry& e : entries) {
@@ -147,7 +159,9 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
       // than it and no more of it than is still in effect.
       r.reply.lease_id = next_lease_id_.fetch_add(1, std::memory_order_relaxed);
       for (const Entry& e : entries) {
-        store_.AddBook(e.id).Grant(r.reply.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
+        LeaseBook& book = store_.AddBook(e.id);
+        book.Clamp(e.in_effect_before);
+        book.Grant(r.reply.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
       }
     }
   }

@@ -109,11 +109,19 @@ Slot* Store::Insert(int policy, const KeyId& id) {
 }
 
 void Store::Erase(int policy, const KeyId& id) {
-  KeyTable& table = stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)];
+  Stripe& stripe = *stripes_[StripeOf(id)];
+  KeyTable& table = stripe.tables[static_cast<size_t>(policy)];
   if (Slot* s = table.Find(id)) {
     Release(policy, *s);
     table.Erase(s);
     keys_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  DropBook(stripe, id);
+}
+
+void Store::DropBook(Stripe& stripe, const KeyId& id) {
+  if (!stripe.books.empty() && stripe.books.erase(id) > 0) {
+    books_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
@@ -205,7 +213,7 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
       if (!IsFresh(policy, s, now)) return false;
       if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
       // A fresh key has no charge in effect: nothing its leases charged can come back.
-      if (auto book = stripe.books.find(s.id); book != stripe.books.end()) book->second.Clamp(0);
+      DropBook(stripe, s.id);
       Release(policy, s);
       return true;
     });
@@ -213,14 +221,6 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
   if (erased > 0) {
     keys_.fetch_sub(static_cast<int64_t>(erased), std::memory_order_relaxed);
     evictions_.fetch_add(static_cast<int64_t>(erased), std::memory_order_relaxed);
-  }
-  for (auto it = stripe.books.begin(); it != stripe.books.end();) {
-    if (it->second.Expire(now)) {
-      it = stripe.books.erase(it);
-      books_.fetch_sub(1, std::memory_order_relaxed);
-    } else {
-      ++it;
-    }
   }
   return erased;
 }

@@ -8,8 +8,9 @@
 // live state are never evicted, since forgetting them would let the key exceed its promise;
 // at max_keys, new keys are refused instead.
 //
-// Beside a key's state, the store keeps a lease book for keys with leases granted within
-// their TTL (lease_book.h), in its stripe; Sweep drops lapsed records.
+// Beside a key's state, the store keeps a lease book for keys that had leases granted
+// (lease_book.h), in its stripe; the book goes with the key (a key is fresh again, so no
+// charge of its leases is left in effect).
 //
 // Thread-safety: the functions taking a Slot or a policy table need the key's stripe locked
 // (StripeLock); the counters are atomics.
@@ -89,7 +90,8 @@ class Store {
     int cool_ticks = 0;          // consecutive ticks below the merge threshold
     bool merging = false;        // no longer renewed; reopens after valid_until_ms
   };
-  // The lease book of a key, or nullptr; AddBook makes it. With the key's stripe locked.
+  // The lease book of a key, or nullptr; AddBook makes it (for a key that has a slot). With
+  // the key's stripe locked.
   LeaseBook* FindBook(const KeyId& id);
   LeaseBook& AddBook(const KeyId& id);
   int64_t books() const { return books_.load(std::memory_order_relaxed); }
@@ -125,6 +127,7 @@ class Store {
   };
   size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
+  void DropBook(Stripe& stripe, const KeyId& id);  // with stripe.mu held
   void Release(int policy, Slot& slot);  // frees what a slot owns
 
   std::vector<Algorithm> algorithms_;  // per policy

@@ -244,15 +244,22 @@ TEST(LeaseBook, KeepsAtMostItsBoundOfRecordsAndForgetsLapsedOnes) {
   LeaseBook book;
   for (uint64_t id = 1; id <= 20; ++id) book.Grant(id, 100, 1100, 1, static_cast<int64_t>(id));
   EXPECT_EQ(book.records().size(), LeaseBook::kMaxRecords);
-  EXPECT_EQ(book.records().front().lease_id, 13u);
+  const uint64_t oldest = 20 - LeaseBook::kMaxRecords + 1;
+  EXPECT_EQ(book.records().front().lease_id, oldest);
   EXPECT_FALSE(book.Claim(1, 100, 1, 1, 100).ok());  // forgotten: its unit lapses
-  EXPECT_TRUE(book.Claim(13, 100, 1, 1, 100).ok());
+  EXPECT_TRUE(book.Claim(oldest, 100, 1, 1, 100).ok());
   // A claim far above any lease is refused before anything is multiplied.
-  const Result<int64_t> huge = book.Claim(13, 100, kMaxCost, int64_t{400} * 86'400'000, 100);
+  const Result<int64_t> huge =
+      book.Claim(oldest, 100, kMaxCost, int64_t{400} * 86'400'000, 100);
   ASSERT_FALSE(huge.ok());
-  EXPECT_EQ(huge.error(), "returns 1000000000 units of lease 13, which granted 1");
+  EXPECT_EQ(huge.error(), "returns 1000000000 units of lease " + std::to_string(oldest) +
+                              ", which granted 1");
   EXPECT_FALSE(book.Expire(1100));
   EXPECT_TRUE(book.Expire(1101));
+  // A grant drops what has lapsed before it.
+  for (uint64_t id = 1; id <= 3; ++id) book.Grant(id, 100, 1100, 1, 1);
+  book.Grant(4, 1200, 2200, 1, 1);
+  EXPECT_EQ(book.records().size(), 1u);
 }
 
 }  // namespace
