@@ -60,13 +60,97 @@ struct ReplyFields {
   const std::vector<HotKey>* hot_keys = nullptr;
 };
 
-flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb, uint64_t id,
-                                                 const ReplyFields& f);
-
 // A frame's hello answer: who this node is and which member list its ring comes from.
 flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBuilder& fbb,
                                                        std::string_view node,
                                                        uint32_t max_frame_bytes,
                                                        const ReplyFields::Owner& ring);
+
+namespace reply_encoding {  // its helpers
+
+inline flatbuffers::Offset<flatbuffers::String> Str(flatbuffers::FlatBufferBuilder& fbb,
+                                                    std::string_view s) {
+  return fbb.CreateString(s.data(), s.size());
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Members(
+    flatbuffers::FlatBufferBuilder& fbb, std::span<const std::string> members);
+
+}  // namespace reply_encoding
+
+// One op's reply. Inline: a node encodes one per op, most of them a CHECK's with few fields.
+inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb,
+                                                        uint64_t id, const ReplyFields& f) {
+  // Children first: FlatBuffers builds a table after everything it points to.
+  const auto error = f.error.empty() ? 0 : reply_encoding::Str(fbb, f.error);
+  const auto denied_policy =
+      f.denied_policy.empty() ? 0 : reply_encoding::Str(fbb, f.denied_policy);
+  const auto results =
+      f.results.empty() ? 0 : fbb.CreateVectorOfStructs(f.results.data(), f.results.size());
+  flatbuffers::Offset<wire::KeyState> state;
+  if (f.state) {
+    std::vector<flatbuffers::Offset<wire::Stat>> fields;
+    for (const auto& [name, value] : f.state->fields) {
+      fields.push_back(wire::CreateStat(fbb, reply_encoding::Str(fbb, name), value));
+    }
+    const auto algorithm = reply_encoding::Str(fbb, f.state->algorithm);
+    state = wire::CreateKeyState(fbb, algorithm, f.state->tracked, fbb.CreateVector(fields));
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Stat>>> stats;
+  if (f.stats) {
+    std::vector<flatbuffers::Offset<wire::Stat>> list;
+    for (const auto& [name, value] : *f.stats) {
+      list.push_back(wire::CreateStat(fbb, fbb.CreateString(name), value));
+    }
+    stats = fbb.CreateVector(list);
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> members;
+  flatbuffers::Offset<flatbuffers::String> owner;
+  if (f.wrong_owner) {
+    members = reply_encoding::Members(fbb, f.wrong_owner->members);
+    owner = reply_encoding::Str(fbb, f.wrong_owner->owner);
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::HotKey>>> hot;
+  if (f.hot_keys) {
+    std::vector<flatbuffers::Offset<wire::HotKey>> list;
+    for (const ReplyFields::HotKey& k : *f.hot_keys) {
+      const auto policy = reply_encoding::Str(fbb, k.policy);
+      const auto key = reply_encoding::Str(fbb, k.key);
+      list.push_back(wire::CreateHotKey(fbb, policy, key, k.rate, k.denied_permille, k.split_k));
+    }
+    hot = fbb.CreateVector(list);
+  }
+  // Scalars at their default are left out (as FlatBuffers would), tested here: most replies
+  // are a CHECK's, and AddElement is a call per field.
+  wire::OpReplyBuilder b(fbb);
+  b.add_id(id);
+  if (f.status != wire::Status::Ok) b.add_status(f.status);
+  if (!error.IsNull()) b.add_error(error);
+  if (f.allowed) b.add_allowed(true);
+  if (f.retry_after_ms != 0) b.add_retry_after_ms(f.retry_after_ms);
+  if (f.denied_by != -1) b.add_denied_by(f.denied_by);
+  if (!denied_policy.IsNull()) b.add_denied_policy(denied_policy);
+  if (!results.IsNull()) b.add_results(results);
+  if (f.granted != 0) b.add_granted(f.granted);
+  if (f.granted_at_ms != 0) b.add_granted_at_ms(f.granted_at_ms);
+  if (f.lease_ttl_ms != 0) b.add_lease_ttl_ms(f.lease_ttl_ms);
+  if (f.suggested_lease != 0) b.add_suggested_lease(f.suggested_lease);
+  if (f.lease_id != 0) b.add_lease_id(f.lease_id);
+  if (!state.IsNull()) b.add_state(state);
+  if (!stats.IsNull()) b.add_stats(stats);
+  if (f.wrong_owner) {
+    b.add_ring_version(f.wrong_owner->ring_version);
+    b.add_members(members);
+    b.add_generation(f.wrong_owner->generation);
+    b.add_owner(owner);
+  }
+  if (f.split_k != 0) {
+    b.add_split_k(f.split_k);
+    b.add_split_epoch(f.split_epoch);
+    b.add_split_valid_ms(f.split_valid_ms);
+  }
+  if (!hot.IsNull()) b.add_hot_keys(hot);
+  return b.Finish();
+}
 
 }  // namespace limiter
