@@ -58,7 +58,30 @@ class PromisesTest : public ::testing::Test {
     return allowed;
   }
 
+  // A LEASE's grant, and what a RETURN of it must name.
+  struct Granted {
+    int64_t units = 0;
+    int64_t at_ms = 0;
+    uint64_t id = 0;
+  };
+  Granted Lease(const std::string& policy, const std::string& key, int64_t units) {
+    RequestBuilder b;
+    b.Lease(1, policy, key, "", units);
+    const wire::OpReply& r = One(b);
+    return {r.granted(), r.granted_at_ms(), r.lease_id()};
+  }
+  // Returns `units` of the lease: the reply's status, and the units given back.
+  std::pair<wire::Status, int64_t> Return(const std::string& policy, const std::string& key,
+                                          int64_t units, const Granted& lease) {
+    RequestBuilder b;
+    b.Return(2, policy, key, "", units, lease.at_ms, lease.id);
+    const wire::OpReply& r = One(b);
+    last_error_ = r.error() ? r.error()->str() : "";
+    return {r.status(), r.granted()};
+  }
+
   ManualClock clock_{10'000'000};  // a whole number of seconds and minutes
+  std::string last_error_;
   PolicySet policies_;
   std::unique_ptr<Node> node_;
   Node::Worker* a_;
@@ -79,76 +102,49 @@ TEST_F(PromisesTest, AReturnCannotRefillAStrictSecurityKey) {
 }
 
 TEST_F(PromisesTest, AReturnBeyondTheLeaseIsRefused) {
-  RequestBuilder b;
-  b.Lease(1, "hour", "x", "", 10);
-  const wire::OpReply& lease = One(b);
-  ASSERT_EQ(lease.granted(), 10);
-  const int64_t granted_at = lease.granted_at_ms();
-  const uint64_t lease_id = lease.lease_id();
+  using wire::Status;
+  const Granted lease = Lease("hour", "x", 10);
+  ASSERT_EQ(lease.units, 10);
   EXPECT_EQ(Checks("hour", "x", 1000), 990);
-  b.Return(2, "hour", "x", "", 500, granted_at, lease_id);
-  const wire::OpReply& refused = One(b);
-  EXPECT_EQ(refused.status(), wire::Status::BadRequest);
-  EXPECT_EQ(refused.error()->str(),
-            "returns 500 units of lease " + std::to_string(lease_id) + ", which granted 10");
+  EXPECT_EQ(Return("hour", "x", 500, lease).first, Status::BadRequest);
+  EXPECT_EQ(last_error_,
+            "returns 500 units of lease " + std::to_string(lease.id) + ", which granted 10");
   EXPECT_EQ(Checks("hour", "x", 500), 0);
   // The lease's own ten come back, once.
-  b.Return(3, "hour", "x", "", 10, granted_at, lease_id);
-  EXPECT_EQ(One(b).granted(), 10);
-  b.Return(4, "hour", "x", "", 10, granted_at, lease_id);
-  EXPECT_EQ(One(b).status(), wire::Status::BadRequest);  // a replay
+  EXPECT_EQ(Return("hour", "x", 10, lease), std::make_pair(Status::Ok, int64_t{10}));
+  EXPECT_EQ(Return("hour", "x", 10, lease).first, Status::BadRequest);  // a replay
   EXPECT_EQ(Checks("hour", "x", 500), 10);
   // A huge claim on a real lease is refused (never multiplied up).
-  b.Lease(7, "hour", "x2", "", 3);
-  const wire::OpReply& small = One(b);
-  const uint64_t small_id = small.lease_id();
-  const int64_t small_at = small.granted_at_ms();
-  b.Return(8, "hour", "x2", "", kMaxCost, small_at, small_id);
-  EXPECT_EQ(One(b).status(), wire::Status::BadRequest);
+  const Granted small = Lease("hour", "x2", 3);
+  EXPECT_EQ(Return("hour", "x2", kMaxCost, small).first, Status::BadRequest);
   // A forged lease id, or a lease of another key, gives back nothing.
-  b.Return(5, "hour", "x", "", 10, granted_at, lease_id + 1);
-  EXPECT_EQ(One(b).status(), wire::Status::BadRequest);
-  b.Return(6, "hour", "y", "", 10, granted_at, lease_id);
-  EXPECT_EQ(One(b).status(), wire::Status::BadRequest);
+  EXPECT_EQ(Return("hour", "x", 10, {10, lease.at_ms, lease.id + 1}).first, Status::BadRequest);
+  EXPECT_EQ(Return("hour", "y", 10, lease).first, Status::BadRequest);
   EXPECT_EQ(Checks("hour", "x", 500), 0);
 }
 
 TEST_F(PromisesTest, AReturnAfterTheBucketWasFullAgainGivesNothingBack) {
   // Lease 5 of 10/s; the bucket refills to full; others drain it; a return of the 5 must
   // not put 5 on top: that would admit 15 in well under a second.
-  RequestBuilder b;
-  b.Lease(1, "second", "k", "", 5);
-  const wire::OpReply& lease = One(b);
-  ASSERT_EQ(lease.granted(), 5);
-  const int64_t granted_at = lease.granted_at_ms();
-  const uint64_t lease_id = lease.lease_id();
+  const Granted lease = Lease("second", "k", 5);
+  ASSERT_EQ(lease.units, 5);
   clock_.Advance(600);  // full again
   EXPECT_EQ(Checks("second", "k", 10), 10);
-  b.Return(2, "second", "k", "", 5, granted_at, lease_id);
-  const wire::OpReply& r = One(b);
-  EXPECT_EQ(r.status(), wire::Status::Ok);
-  EXPECT_EQ(r.granted(), 0);
+  EXPECT_EQ(Return("second", "k", 5, lease), std::make_pair(wire::Status::Ok, int64_t{0}));
   EXPECT_EQ(Checks("second", "k", 5), 0);
 }
 
 TEST_F(PromisesTest, NothingLeasedBeforeARestartCanBeReturnedAfterIt) {
-  RequestBuilder b;
-  b.Lease(1, "hour", "r", "", 10);
-  const wire::OpReply& lease = One(b);
-  ASSERT_EQ(lease.granted(), 10);
-  const int64_t granted_at = lease.granted_at_ms();
-  const uint64_t lease_id = lease.lease_id();
+  const Granted lease = Lease("hour", "r", 10);
+  ASSERT_EQ(lease.units, 10);
   // The node restarts (same clock, fresh memory): its key starts full, and it knows no lease.
   node_ = std::make_unique<Node>(policies_, clock_, NodeOptions{});
   a_ = &node_->AddWorker();
   EXPECT_EQ(Checks("hour", "r", 990), 990);
-  b.Return(2, "hour", "r", "", 10, granted_at, lease_id);
-  const wire::OpReply& r = One(b);
-  EXPECT_EQ(r.status(), wire::Status::BadRequest);
+  EXPECT_EQ(Return("hour", "r", 10, lease).first, wire::Status::BadRequest);
   EXPECT_EQ(Checks("hour", "r", 20), 10);  // the 10 the new life still had, no more
   // A lease of this life has another id, whatever the old one was.
-  b.Lease(3, "hour", "r2", "", 5);
-  EXPECT_NE(One(b).lease_id(), lease_id + 1);
+  EXPECT_NE(Lease("hour", "r2", 5).id, lease.id + 1);
 }
 
 TEST_F(PromisesTest, AFixedWindowKeyNeverGoesBackToAnEarlierWindow) {
