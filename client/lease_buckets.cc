@@ -196,11 +196,9 @@ bool LeaseBuckets::TrySpend(const KeyId& id, std::string_view operation, int64_t
   Bucket& b = it->second;
   const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
   if (!operation.empty()) {
-    cost = p.CostOf(operation);
     // An operation that costs the chain's limits differently is a CHECK, not a lease.
-    for (const Policy* q : policies_.Chain(p)) {
-      if (q->CostOf(operation) != cost || q->mode != LeaseMode::kLease) return false;
-    }
+    if (!policies_.LeasesAlike(p, operation)) return false;
+    cost = p.CostOf(operation);
   } else if (cost < 1 || cost > kMaxCost) {
     return false;
   }

@@ -32,14 +32,12 @@ std::optional<std::string> RequestResolver::Resolve(const client::Request& req,
   r.tenant = req.tenant;
   r.operation = req.operation;
   r.cost = req.operation.empty() ? req.cost : p.CostOf(req.operation);
-  // A lease charges the same units to every limit of the chain, so it only stands in for
-  // requests that cost every one of them the same; and a cost above what some limit can
-  // ever hold is never admitted, wherever it is asked.
-  r.lease = p.mode == LeaseMode::kLease;
-  for (const Policy* q : policies_.Chain(p)) {
+  r.lease = policies_.LeasesAlike(p, req.operation);
+  // A cost above what some limit of the chain can ever hold is never admitted, wherever it
+  // is asked.
+  for (const Policy* q = &p; q != nullptr && !r.never; q = policies_.Parent(*q)) {
     const int64_t cost = req.operation.empty() ? r.cost : q->CostOf(req.operation);
-    if (q->mode != LeaseMode::kLease || cost != r.cost) r.lease = false;
-    if (cost > FullAllowance(q->algorithm, q->rate) && !r.never) {
+    if (cost > FullAllowance(q->algorithm, q->rate)) {
       r.never = true;
       r.never_by = q;
     }

@@ -22,12 +22,6 @@ std::string Routing::OwnerOf(std::string_view routing_key) const {
   return m->ring->empty() ? std::string() : m->ring->Owner(routing_key);
 }
 
-bool Routing::IsMember(std::string_view address) const {
-  const std::shared_ptr<const Membership> m = membership();
-  const auto& members = m->ring->members();
-  return std::find(members.begin(), members.end(), address) != members.end();
-}
-
 bool Routing::Offer(std::vector<std::string> members, uint64_t generation) {
   {
     std::lock_guard<std::mutex> lock(ring_->mu);

@@ -45,7 +45,6 @@ class Routing {
   // The owner of a routing key; empty when there are no members.
   std::string OwnerOf(std::string_view routing_key) const;
   std::shared_ptr<const Membership> membership() const;
-  bool IsMember(std::string_view address) const;
 
   // Offers a member list: when its generation is larger than the current one (and than any
   // list being built), its ring is built off the scheduler's thread and adopted when done.

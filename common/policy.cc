@@ -48,6 +48,15 @@ const Policy* PolicySet::Find(std::string_view name) const {
   return nullptr;
 }
 
+bool PolicySet::LeasesAlike(const Policy& policy, std::string_view operation) const {
+  const int64_t cost = operation.empty() ? 0 : policy.CostOf(operation);
+  for (const Policy* q = &policy; q != nullptr; q = Parent(*q)) {
+    if (q->mode != LeaseMode::kLease) return false;
+    if (!operation.empty() && q->CostOf(operation) != cost) return false;
+  }
+  return true;
+}
+
 std::vector<const Policy*> PolicySet::Chain(const Policy& policy) const {
   std::vector<const Policy*> chain{&policy};
   for (int i = policy.parent_index; i >= 0; i = policies_[static_cast<size_t>(i)].parent_index) {

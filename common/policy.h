@@ -53,8 +53,8 @@ struct Policy {
   Algorithm algorithm = Algorithm::kGcra;
   Rate rate;
   LimitClass limit_class = LimitClass::kContract;
-  std::string parent;      // empty: none
-  int parent_index = -1;   // index in PolicySet::policies(), or -1
+  std::string parent;                                  // empty: none
+  int parent_index = -1;                               // index in PolicySet::policies(), or -1
   std::vector<std::pair<std::string, int64_t>> costs;  // operation -> cost
   LeaseMode mode = LeaseMode::kLease;
   LeaseSettings lease;
@@ -82,6 +82,14 @@ class PolicySet {
   const Policy* Find(std::string_view name) const;
   // The policy followed by its ancestors, nearest first.
   std::vector<const Policy*> Chain(const Policy& policy) const;
+  // Its parent, or nullptr: walks the chain without making it.
+  const Policy* Parent(const Policy& policy) const {
+    return policy.parent_index < 0 ? nullptr : &policies_[static_cast<size_t>(policy.parent_index)];
+  }
+  // Whether a lease of `policy` can stand in for requests of `operation` (empty: a plain
+  // cost): every limit of the chain is in lease mode and charges them alike (a lease charges
+  // the same units to every limit).
+  bool LeasesAlike(const Policy& policy, std::string_view operation) const;
 
  private:
   std::string source_;
