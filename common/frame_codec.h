@@ -14,6 +14,8 @@ namespace limiter {
 
 inline constexpr size_t kFrameHeaderBytes = 4;
 inline constexpr uint32_t kDefaultMaxFrameBytes = 1u << 20;
+// The largest frame a peer may send before it has proved the cluster secret: a hello.
+inline constexpr uint32_t kMaxHelloFrameBytes = 4096;
 
 enum class FrameStatus {
   kFrame,     // `body` is a whole frame; drop `consumed` bytes from the input

@@ -110,14 +110,32 @@ void Node::ErrorFrame(Worker& w, std::string_view error, std::vector<uint8_t>& o
   AppendFrame(out, {fbb.GetBufferPointer(), fbb.GetSize()});
 }
 
+Node::Session Node::NewSession() const {
+  Session s;
+  s.authenticated = true;
+  return s;
+}
+
+uint32_t Node::FrameLimit(const Session& session) const {
+  return session.authenticated ? options_.max_frame_bytes
+                               : std::min(options_.max_frame_bytes, kMaxHelloFrameBytes);
+}
+
 void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uint8_t>& out) {
+  Session trusted;
+  trusted.authenticated = true;
+  HandleFrame(w, trusted, body, out);
+}
+
+Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const uint8_t> body,
+                                   std::vector<uint8_t>& out) {
   const auto started = std::chrono::steady_clock::now();
   w.counters.frames.Add();
   const wire::Request* request = VerifiedRequest(body, w.aligned);
   if (request == nullptr) {
     w.counters.bad_frames[static_cast<size_t>(BadFrame::kInvalid)].Add();
     ErrorFrame(w, "frame is not a valid Request (FlatBuffers verification failed)", out);
-    return;
+    return AfterFrame::kContinue;
   }
   // Read once per frame, before any key's lock: the algorithms never let a key's time run
   // backwards when another worker has moved it on meanwhile.
@@ -150,6 +168,7 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::steady_clock::now() - started)
                                 .count()));
+  return AfterFrame::kContinue;
 }
 
 void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r) {

@@ -87,8 +87,27 @@ class Node {
   class Worker;
   Worker& AddWorker();
 
+  // What the node knows of one connection's peer: whether it has proved the cluster
+  // secret yet. Owned by the connection; used on its worker's thread only.
+  struct Session {
+    bool authenticated = false;
+    bool challenged = false;  // a challenge was sent; the next hello must answer it
+    std::array<uint8_t, 32> challenge{};
+  };
+  // A new connection's session: authenticated already when the node needs no secret.
+  Session NewSession() const;
+  // The largest frame a connection may send next: small until its peer has authenticated,
+  // so that a peer without the secret cannot make the node buffer much.
+  uint32_t FrameLimit(const Session& session) const;
+
+  enum class AfterFrame { kContinue, kClose };
   // Handles one frame (without its length prefix) and appends the reply frame to `out`.
-  // Never throws on any input; bad input is an error reply and a counter.
+  // Never throws on any input; bad input is an error reply and a counter. kClose: the frame
+  // broke a bound or failed authentication; its reply says why, and the connection must be
+  // closed once the reply is written.
+  AfterFrame HandleFrame(Worker& worker, Session& session, std::span<const uint8_t> body,
+                         std::vector<uint8_t>& out);
+  // The same for an in-process caller that is trusted (tests, simulations, benchmarks).
   void HandleFrame(Worker& worker, std::span<const uint8_t> body, std::vector<uint8_t>& out);
   // Appends a Reply frame carrying only `error`, for a connection about to be closed.
   void ErrorFrame(Worker& worker, std::string_view error, std::vector<uint8_t>& out);

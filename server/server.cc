@@ -81,8 +81,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void Process() {
-    const uint32_t max_frame = node_.options().max_frame_bytes;
     while (!closing_) {
+      const uint32_t max_frame = node_.FrameLimit(session_);
       const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
       if (frame.status == FrameStatus::kNeedMore) break;
       if (frame.status != FrameStatus::kFrame) {
@@ -92,7 +92,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         closing_ = true;
         break;
       }
-      node_.HandleFrame(worker_, frame.body, pending_);
+      if (node_.HandleFrame(worker_, session_, frame.body, pending_) == Node::AfterFrame::kClose) {
+        closing_ = true;
+      }
       in_.Consume(frame.consumed);
     }
     Write();
@@ -145,6 +147,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer idle_;
   std::list<std::weak_ptr<Connection>>& registry_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
+  Node::Session session_ = node_.NewSession();
   ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
   std::vector<uint8_t> out_;      // the write in flight
