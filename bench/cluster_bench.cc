@@ -717,7 +717,7 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
       const std::optional<double> after = CpuSeconds(local[i].process->pid());
       if (after && cpu_before[i]) u.cpu_percent = 100 * (*after - *cpu_before[i]) / wall;
     }
-    if (Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(members[i])) {
+    if (Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(members[i], 5000, o.access)) {
       if (Result<NodeStats> stats = ReadNodeStats(**c)) u.rss_bytes = stats->resident_bytes;
     }
     usage.push_back(u);

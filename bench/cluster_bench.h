@@ -14,9 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "client/node_access.h"
+
 namespace limiter::bench {
 
 struct ClusterBenchOptions {
+  // The cluster secret and TLS (limiter-bench --secret-file, --tls-*, the environment).
+  // Local nodes and the client library take the secret from the environment.
+  NodeAccess access;
   std::string scenario = "50k";
   double duration_s = 10;
   // Arrivals before the measurement (gateways and nodes start cold); their admissions still

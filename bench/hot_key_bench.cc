@@ -74,7 +74,7 @@ class LoadThread {
 
   std::optional<std::string> Connect() {
     for (size_t n = 0; n < nodes_.size(); ++n) {
-      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(ring_.members()[n]);
+      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(ring_.members()[n], 5000, o_.access);
       if (!c) return ring_.members()[n] + ": " + c.error();
       nodes_[n].connection = std::move(c).value();
     }

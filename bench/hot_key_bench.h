@@ -13,9 +13,14 @@
 #include <iosfwd>
 #include <string>
 
+#include "client/node_access.h"
+
 namespace limiter::bench {
 
 struct HotKeyBenchOptions {
+  // The cluster secret and TLS (limiter-bench --secret-file, --tls-*, the environment).
+  // Local nodes and the client library take the secret from the environment.
+  NodeAccess access;
   std::string limiterd;  // empty: DefaultLimiterdPath()
   std::string policies;  // the nodes' policy file
   std::string policy = "hot";

@@ -1,12 +1,14 @@
 // limiter-bench: load generator for limiterd. Flag parsing only; the harness is
 // limiter_bench_lib (bench/node_bench.h).
 #include <CLI/CLI.hpp>
+#include <stdlib.h>
 #include <csignal>
 #include <iostream>
 
 #include "bench/cluster_bench.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
+#include "client/node_access.h"
 #include "common/membership.h"
 
 int main(int argc, char** argv) {
@@ -148,6 +150,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cluster->add_option("--seed", c.seed, "Seed of the arrivals")->capture_default_str();
 
+  std::string secret_file;
+  app.add_option("--secret-file", secret_file,
+                 "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET); "
+                 "local nodes and gateways get it too");
+  limiter::TlsOptions tls;
+  app.add_option("--tls-ca", tls.ca_file, "TLS to the nodes (given by --server): their CA file");
+  app.add_option("--tls-cert", tls.cert_file, "TLS: this client's certificate (mutual TLS)");
+  app.add_option("--tls-key", tls.key_file, "TLS: the key of --tls-cert");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -155,6 +165,14 @@ int main(int argc, char** argv) {
     std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench --help)\n";
     return 2;
   }
+  // Through the environment: the nodes it starts and the client library read it there.
+  if (!secret_file.empty()) ::setenv("LIMITER_SECRET_FILE", secret_file.c_str(), 1);
+  limiter::Result<limiter::NodeAccess> access = limiter::LoadNodeAccess("", tls);
+  if (!access) {
+    std::cerr << "limiter-bench: " << access.error() << '\n';
+    return 2;
+  }
+  o.access = h.access = c.access = *access;
   if (cluster->parsed()) {
     if (!cluster_list.empty()) {
       limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(cluster_list);

@@ -197,14 +197,14 @@ Result<LoadResult> RunOver(int connections, const LoadShape& shape, Connect conn
 }
 
 Result<MemoryReport> MeasureMemory(const std::string& address, const NodeBenchOptions& o) {
-  Result<std::unique_ptr<NodeConnection>> probe = NodeConnection::Connect(address);
+  Result<std::unique_ptr<NodeConnection>> probe = NodeConnection::Connect(address, 5000, o.access);
   if (!probe) return Error{probe.error()};
   MemoryReport m;
   Result<NodeStats> before = ReadNodeStats(**probe);
   if (!before) return Error{before.error()};
   m.before = *before;
   {
-    Result<std::unique_ptr<NodeChannel>> channel = NodeChannel::Connect(address, o.policy);
+    Result<std::unique_ptr<NodeChannel>> channel = NodeChannel::Connect(address, o.policy, o.access);
     if (!channel) return Error{channel.error()};
     Result<CheckCounts> touched =
         TouchEveryKey(**channel, o.shape.keys, kWarmUpBatch, kWarmUpDepth);
@@ -286,7 +286,7 @@ int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err
 
   Result<LoadResult> node =
       RunOver(o.connections, o.shape, [&]() -> Result<std::unique_ptr<LoadChannel>> {
-        auto channel = NodeChannel::Connect(report.address, o.policy);
+        auto channel = NodeChannel::Connect(report.address, o.policy, o.access);
         if (!channel) return Error{channel.error()};
         return std::unique_ptr<LoadChannel>(std::move(channel).value());
       });

@@ -8,10 +8,14 @@
 #include <string>
 
 #include "bench/load_loop.h"
+#include "client/node_access.h"
 
 namespace limiter::bench {
 
 struct NodeBenchOptions {
+  // The cluster secret and TLS (limiter-bench --secret-file, --tls-*, the environment).
+  // Local nodes and the client library take the secret from the environment.
+  NodeAccess access;
   std::string server;    // HOST:PORT; empty: start a local limiterd
   std::string limiterd;  // the local node's binary; empty: DefaultLimiterdPath()
   std::string policies;  // the local node's policy file; also the redis bucket's numbers

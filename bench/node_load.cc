@@ -36,13 +36,22 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 }  // namespace
 
 Result<std::unique_ptr<NodeChannel>> NodeChannel::Connect(const std::string& address,
-                                                          std::string policy, int timeout_ms) {
-  Result<int> fd = ConnectTcp(address, timeout_ms);
-  if (!fd) return Error{fd.error()};
-  return std::unique_ptr<NodeChannel>(new NodeChannel(*fd, std::move(policy)));
+                                                          std::string policy,
+                                                          const NodeAccess& access,
+                                                          int timeout_ms) {
+  // The handshakes on a blocking connection; the load loop then takes the socket over, or
+  // with TLS goes on through the connection.
+  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(address, timeout_ms, access);
+  if (!c) return Error{c.error()};
+  if ((*c)->tls()) {
+    return std::unique_ptr<NodeChannel>(new NodeChannel(std::move(c).value(), std::move(policy)));
+  }
+  return std::unique_ptr<NodeChannel>(new NodeChannel((*c)->TakeDescriptor(), std::move(policy)));
 }
 
-NodeChannel::~NodeChannel() { ::close(fd_); }
+NodeChannel::~NodeChannel() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 void NodeChannel::EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) {
   builder_.Clear();
@@ -52,6 +61,7 @@ void NodeChannel::EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_
 }
 
 std::optional<std::string> NodeChannel::Send(std::span<const uint8_t> bytes) {
+  if (tls_) return tls_->SendRaw(bytes);
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
@@ -75,6 +85,7 @@ std::optional<std::string> NodeChannel::ReceiveFrame(size_t checks, CheckCounts&
 }
 
 Result<size_t> NodeChannel::SendSome(std::span<const uint8_t> bytes) {
+  if (tls_) return Error{"the open loop (--rate) does not run over TLS; use the closed loop"};
   while (true) {
     const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return static_cast<size_t>(n);
@@ -84,6 +95,7 @@ Result<size_t> NodeChannel::SendSome(std::span<const uint8_t> bytes) {
 }
 
 std::optional<std::string> NodeChannel::Poll(Time until, bool for_replies, bool for_send) {
+  if (tls_) return "the open loop (--rate) does not run over TLS; use the closed loop";
   Result<bool> readable = WaitForSocket(fd_, until, for_replies, for_send);
   if (!readable) return readable.error();
   return *readable ? Read(MSG_DONTWAIT) : std::nullopt;
@@ -103,6 +115,13 @@ Result<bool> NodeChannel::TakeFrame(size_t checks, CheckCounts& counts) {
 
 std::optional<std::string> NodeChannel::Read(int flags) {
   const std::span<uint8_t> space = in_.Space(kReadBytes);
+  if (tls_) {
+    Result<size_t> n = tls_->ReadSome(space);
+    if (!n) return n.error();
+    if (*n == 0) return "the node closed the connection";
+    in_.Commit(*n);
+    return std::nullopt;
+  }
   while (true) {
     const ssize_t n = ::recv(fd_, space.data(), space.size(), flags);
     if (n > 0) {

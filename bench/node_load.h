@@ -21,8 +21,12 @@ namespace limiter::bench {
 class NodeChannel final : public LoadChannel {
  public:
   // `timeout_ms` bounds the connect, and each blocking read and write.
+  // With a secret in `access`, the connection proves it first; with TLS, it runs over TLS
+  // (the closed loop only: the open loop polls the socket, which TLS buffers hide).
   static Result<std::unique_ptr<NodeChannel>> Connect(const std::string& address,
-                                                      std::string policy, int timeout_ms = 5000);
+                                                      std::string policy,
+                                                      const NodeAccess& access = {},
+                                                      int timeout_ms = 5000);
   ~NodeChannel() override;
   NodeChannel(const NodeChannel&) = delete;
   NodeChannel& operator=(const NodeChannel&) = delete;
@@ -36,14 +40,18 @@ class NodeChannel final : public LoadChannel {
 
  private:
   NodeChannel(int fd, std::string policy) : fd_(fd), policy_(std::move(policy)) {}
+  NodeChannel(std::unique_ptr<NodeConnection> tls, std::string policy)
+      : fd_(-1), policy_(std::move(policy)), tls_(std::move(tls)) {}
   // Reads into in_ once; `flags` 0 blocks (up to the timeout), MSG_DONTWAIT does not.
   std::optional<std::string> Read(int flags);
   // Counts the replies of one reply frame, `body`, to a frame of `checks` checks.
   std::optional<std::string> Count(std::span<const uint8_t> body, size_t checks,
                                    CheckCounts& counts);
 
-  const int fd_;  // owned
+  const int fd_;  // owned; -1 over TLS
   const std::string policy_;
+  std::unique_ptr<NodeConnection> tls_;  // over TLS: the connection, whose reads and writes go
+                                         // through OpenSSL
   // Sending side.
   RequestBuilder builder_;
   uint64_t next_id_ = 0;

@@ -7,6 +7,7 @@
 #include "client/asio_scheduler.h"
 #include "client/client_core.h"
 #include "client/tcp_transport.h"
+#include "client/node_access.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
 
@@ -15,8 +16,9 @@ namespace {
 
 class RealClient final : public Client {
  public:
-  RealClient(PolicySet policies, std::vector<std::string> members, const Options& options)
-      : transport_(scheduler_.io()),
+  RealClient(PolicySet policies, std::vector<std::string> members, const Options& options,
+             NodeAccess access)
+      : transport_(scheduler_.io(), std::move(access)),
         core_(std::move(policies), std::move(members), scheduler_, transport_,
               CoreOptions(options)),
         dns_(options.members_dns),
@@ -104,7 +106,11 @@ std::unique_ptr<Client> Client::Create(const Options& options, std::string* erro
   }
   if (options.deadline.count() <= 0) return fail("the deadline must be positive");
   if (options.gateways < 1) return fail("gateways must be at least 1");
-  return std::make_unique<RealClient>(std::move(policies).value(), std::move(members), options);
+  const TlsOptions tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
+  Result<NodeAccess> access = LoadNodeAccess(options.secret_file, tls);
+  if (!access) return fail(access.error());
+  return std::make_unique<RealClient>(std::move(policies).value(), std::move(members), options,
+                                      std::move(access).value());
 }
 
 }  // namespace limiter::client

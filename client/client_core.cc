@@ -140,6 +140,8 @@ void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
   op.split_k = sub.k;
   op.split_index = sub.index;
   op.split_epoch = sub.epoch;
+  op.split_token = sub.token;
+  op.split_token_bytes = sub.token_bytes;
   Call(owner, std::move(op), options_.deadline_us,
        [this, id, wanted, attempt, sub](CallResult result) {
          OnLease(id, wanted, attempt, sub, std::move(result));
@@ -259,6 +261,8 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, in
   op.split_k = sub.k;
   op.split_index = sub.index;
   op.split_epoch = sub.epoch;
+  op.split_token = sub.token;
+  op.split_token_bytes = sub.token_bytes;
   Call(target.node, std::move(op), std::min(options_.deadline_us, left),
        [this, req, done, attempt, deadline_at_us, sub](CallResult result) {
          OnCheck(req, done, attempt, deadline_at_us, sub, std::move(result));
@@ -501,6 +505,8 @@ void ClientCore::ReturnLeases(std::function<void()> done) {
     op.split_k = u.sub.k;
     op.split_index = u.sub.index;
     op.split_epoch = u.sub.epoch;
+    op.split_token = u.sub.token;
+    op.split_token_bytes = u.sub.token_bytes;
     std::string owner = OwnerFor(p, u.key, u.tenant, u.sub);
     op.key = std::move(u.key);
     op.tenant = std::move(u.tenant);

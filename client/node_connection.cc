@@ -8,10 +8,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <asio/ssl/context.hpp>
+
+#include "client/handshake.h"
+#include "client/request_builder.h"
 #include "common/frame_codec.h"
 #include "common/read_buffer.h"
 #include "common/wire.h"
@@ -20,12 +28,17 @@ namespace limiter {
 
 struct NodeConnection::Impl {
   int fd = -1;
+  SSL* ssl = nullptr;  // with TLS; owned
   bool eof = false;
   ReadBuffer in;
   size_t frame_end = 0;  // bytes of `in` that belong to the last frame returned
   std::vector<uint64_t> aligned;  // the last reply, copied to 8-byte alignment
   std::vector<uint8_t> out;       // the frame being sent
   ~Impl() {
+    if (ssl != nullptr) {
+      SSL_shutdown(ssl);
+      SSL_free(ssl);
+    }
     if (fd >= 0) ::close(fd);
   }
 };
@@ -33,6 +46,14 @@ struct NodeConnection::Impl {
 namespace {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string TlsError(const std::string& what) {
+  const unsigned long code = ERR_get_error();
+  char text[256] = "no detail from OpenSSL";
+  if (code != 0) ERR_error_string_n(code, text, sizeof(text));
+  ERR_clear_error();
+  return what + ": " + text;
+}
 
 bool SplitAddress(const std::string& address, std::string& host, std::string& port) {
   const size_t colon = address.rfind(':');
@@ -93,16 +114,63 @@ Result<int> ConnectTcp(const std::string& address, int timeout_ms) {
 }
 
 Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::string& address,
-                                                                int timeout_ms) {
+                                                                int timeout_ms,
+                                                                const NodeAccess& access) {
   Result<int> fd = ConnectTcp(address, timeout_ms);
   if (!fd) return Error{fd.error()};
   auto impl = std::make_unique<Impl>();
   impl->fd = *fd;
-  return std::unique_ptr<NodeConnection>(new NodeConnection(std::move(impl)));
+  if (access.tls) {
+    impl->ssl = SSL_new(access.tls->native_handle());
+    if (impl->ssl == nullptr || SSL_set_fd(impl->ssl, impl->fd) != 1) {
+      return Error{TlsError(address + ": TLS setup")};
+    }
+    if (SSL_connect(impl->ssl) != 1) {
+      const long verify = SSL_get_verify_result(impl->ssl);
+      if (verify != X509_V_OK) {
+        ERR_clear_error();
+        return Error{address + ": TLS: the node's certificate: " +
+                     X509_verify_cert_error_string(verify)};
+      }
+      return Error{TlsError(address + ": TLS handshake")};
+    }
+  }
+  std::unique_ptr<NodeConnection> c(new NodeConnection(std::move(impl)));
+  if (access.secret.empty()) return c;
+  ClientHandshake handshake(access.secret, address);
+  RequestBuilder b;
+  handshake.BuildNonceHello(b, "limiter");
+  if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+  Result<const wire::Reply*> challenge = c->Receive();
+  if (!challenge) return Error{address + ": " + challenge.error()};
+  if (auto error = handshake.BuildProofHello(**challenge, b, "limiter")) return Error{*error};
+  if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+  Result<const wire::Reply*> proved = c->Receive();
+  if (!proved) return Error{address + ": " + proved.error()};
+  if (auto error = handshake.CheckNode(**proved)) return Error{*error};
+  return c;
+}
+
+bool NodeConnection::tls() const { return impl_->ssl != nullptr; }
+
+int NodeConnection::TakeDescriptor() {
+  if (impl_->ssl != nullptr) return -1;
+  const int fd = impl_->fd;
+  impl_->fd = -1;
+  return fd;
 }
 
 std::optional<std::string> NodeConnection::SendRaw(std::span<const uint8_t> bytes) {
   size_t sent = 0;
+  if (impl_->ssl != nullptr) {
+    while (sent < bytes.size()) {
+      const int n = SSL_write(impl_->ssl, bytes.data() + sent,
+                              static_cast<int>(std::min<size_t>(bytes.size() - sent, 1 << 30)));
+      if (n <= 0) return TlsError("TLS send");
+      sent += static_cast<size_t>(n);
+    }
+    return std::nullopt;
+  }
   while (sent < bytes.size()) {
     const ssize_t n = ::send(impl_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
@@ -137,18 +205,40 @@ Result<const wire::Reply*> NodeConnection::Receive() {
     if (frame.status != FrameStatus::kNeedMore) {
       return Error{"the node sent a bad frame: " + DescribeFrameError(frame, kMaxReply)};
     }
-    const std::span<uint8_t> space = c.in.Space(64 * 1024);
+    Result<size_t> n = ReadSome(c.in.Space(64 * 1024));
+    if (!n) return Error{n.error()};
+    if (*n == 0) return Error{"the node closed the connection"};
+    c.in.Commit(*n);
+  }
+}
+
+Result<size_t> NodeConnection::ReadSome(std::span<uint8_t> space) {
+  Impl& c = *impl_;
+  while (true) {
+    if (c.ssl != nullptr) {
+      const int n = SSL_read(c.ssl, space.data(), static_cast<int>(space.size()));
+      if (n > 0) return static_cast<size_t>(n);
+      const int error = SSL_get_error(c.ssl, n);
+      if (error == SSL_ERROR_ZERO_RETURN) {
+        c.eof = true;
+        return size_t{0};
+      }
+      if (error == SSL_ERROR_WANT_READ) return Error{"timed out waiting for a reply"};
+      if (error == SSL_ERROR_SYSCALL && errno == 0) {  // closed without a TLS goodbye
+        c.eof = true;
+        return size_t{0};
+      }
+      return Error{TlsError("TLS receive")};
+    }
     const ssize_t n = ::recv(c.fd, space.data(), space.size(), 0);
-    if (n > 0) c.in.Commit(static_cast<size_t>(n));
+    if (n > 0) return static_cast<size_t>(n);
     if (n == 0) {
       c.eof = true;
-      return Error{"the node closed the connection"};
+      return size_t{0};
     }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return Error{"timed out waiting for a reply"};
-      return Error{Errno("recv")};
-    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Error{"timed out waiting for a reply"};
+    return Error{Errno("recv")};
   }
 }
 

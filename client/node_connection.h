@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "client/node_access.h"
 #include "common/result.h"
 
 namespace limiter {
@@ -24,9 +25,19 @@ Result<int> ConnectTcp(const std::string& address, int timeout_ms);
 
 class NodeConnection {
  public:
-  // "host:port"; timeout_ms bounds the connect and every later read and write.
+  // "host:port"; timeout_ms bounds the connect and every later read and write. With TLS in
+  // `access`, the TLS handshake runs first; with a secret, then the cluster secret's
+  // (handshake.h). An error says which failed and why.
   static Result<std::unique_ptr<NodeConnection>> Connect(const std::string& address,
-                                                         int timeout_ms = 5000);
+                                                         int timeout_ms = 5000,
+                                                         const NodeAccess& access = {});
+  // The socket, for a caller that goes on with its own I/O after the handshake (plain TCP
+  // only); this connection is unusable afterwards.
+  int TakeDescriptor();
+  bool tls() const;
+  // Reads what is there, at most `space` bytes, waiting up to the timeout for something;
+  // 0 at end of file. For callers that parse frames themselves (the load generator).
+  Result<size_t> ReadSome(std::span<uint8_t> space);
   ~NodeConnection();
 
   // Sends one frame holding `body` (a Request, or any bytes in tests).

@@ -12,6 +12,7 @@ struct RequestBuilder::Impl {
   flatbuffers::Offset<wire::Hello> hello;
   uint16_t split_k = 0, split_index = 0;  // for the next op only
   uint32_t split_epoch = 0;
+  std::vector<uint8_t> split_token;
 
   flatbuffers::Offset<flatbuffers::String> Str(std::string_view s) {
     return fbb.CreateString(s.data(), s.size());
@@ -29,6 +30,9 @@ struct RequestBuilder::Impl {
            int64_t leased_at, uint64_t lease_id = 0) {
     const auto t = tenant.empty() ? 0 : Str(tenant);
     const auto op = operation.empty() ? 0 : Str(operation);
+    const auto token = split_k == 0 || split_token.empty()
+                           ? 0
+                           : fbb.CreateVector(split_token.data(), split_token.size());
     wire::OpBuilder b(fbb);
     b.add_id(id);
     b.add_type(type);
@@ -43,6 +47,7 @@ struct RequestBuilder::Impl {
       b.add_split_k(split_k);
       b.add_split_index(split_index);
       b.add_split_epoch(split_epoch);
+      if (!token.IsNull()) b.add_split_token(token);
       split_k = 0;
     }
     ops.push_back(b.Finish());
@@ -59,8 +64,13 @@ void RequestBuilder::Clear() {
   impl_->split_k = 0;
 }
 
-void RequestBuilder::Hello(std::string_view client_name) {
-  impl_->hello = wire::CreateHello(impl_->fbb, kProtocolVersion, impl_->Str(client_name));
+void RequestBuilder::Hello(std::string_view client_name, std::span<const uint8_t> nonce,
+                           std::span<const uint8_t> proof) {
+  auto& fbb = impl_->fbb;
+  const auto name = impl_->Str(client_name);
+  const auto n = nonce.empty() ? 0 : fbb.CreateVector(nonce.data(), nonce.size());
+  const auto p = proof.empty() ? 0 : fbb.CreateVector(proof.data(), proof.size());
+  impl_->hello = wire::CreateHello(fbb, kProtocolVersion, name, n, p);
 }
 
 void RequestBuilder::Check(uint64_t id, std::string_view policy, std::string_view key,
@@ -112,7 +122,9 @@ void RequestBuilder::HotKeys(uint64_t id) {
   impl_->Add(id, wire::OpType::HotKeys, 0, {}, 1, {}, false, 0);
 }
 
-void RequestBuilder::OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch) {
+void RequestBuilder::OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,
+                                 std::span<const uint8_t> token) {
+  impl_->split_token.assign(token.begin(), token.end());
   impl_->split_k = k;
   impl_->split_index = index;
   impl_->split_epoch = epoch;

@@ -15,7 +15,9 @@ class RequestBuilder {
   ~RequestBuilder();
 
   void Clear();
-  void Hello(std::string_view client_name);
+  // A hello; with the cluster secret, the handshake's nonce and then its proof (handshake.h).
+  void Hello(std::string_view client_name, std::span<const uint8_t> nonce = {},
+             std::span<const uint8_t> proof = {});
   // cost applies when operation is empty.
   void Check(uint64_t id, std::string_view policy, std::string_view key,
              std::string_view tenant = {}, int64_t cost = 1, std::string_view operation = {},
@@ -36,7 +38,8 @@ class RequestBuilder {
   void HotKeys(uint64_t id);
   // Makes the next op (Check, Lease, Return, Inspect) one on sub-bucket `index` of a key split
   // `k` ways in split `epoch`.
-  void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch);
+  void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,
+                   std::span<const uint8_t> token = {});
 
   size_t ops() const;
   // The encoded body, valid until the next call that changes the builder.

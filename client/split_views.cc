@@ -47,6 +47,8 @@ void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
   view.key = std::string(key);
   view.sub.k = a.split_k;
   view.sub.epoch = a.split_epoch;
+  view.sub.token = a.split_token;
+  view.sub.token_bytes = a.split_token_bytes;
   view.sub.index = static_cast<uint16_t>(view.sub.index % a.split_k);
   view.valid_until_us = now_us + a.split_valid_ms * 1000;
   view.renew_at_us = now_us + a.split_valid_ms * 1000 / 2;

@@ -1,10 +1,13 @@
 #include "client/tcp_transport.h"
 
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <charconv>
 #include <deque>
+#include <optional>
 #include <vector>
 
+#include "client/handshake.h"
 #include "client/request_builder.h"
 #include "client/wire_convert.h"
 #include "common/frame_codec.h"
@@ -17,13 +20,16 @@ namespace {
 using asio::ip::tcp;
 constexpr size_t kMaxOpsPerFrame = 256;
 constexpr uint32_t kMaxReplyBytes = 64u << 20;
+constexpr std::string_view kClientName = "gateway";
 
 }  // namespace
 
 class TcpTransport::Link : public std::enable_shared_from_this<Link> {
  public:
-  Link(asio::io_context& io, std::string address)
-      : io_(io), address_(std::move(address)), socket_(io), resolver_(io) {}
+  Link(asio::io_context& io, std::string address, const NodeAccess& access)
+      : io_(io), address_(std::move(address)), socket_(io), resolver_(io), tls_ctx_(access.tls) {
+    if (!access.secret.empty()) handshake_.emplace(access.secret, address_);
+  }
 
   void Send(OpSpec op, Callback done) {
     AddOp(builder_, next_id_, op);
@@ -43,7 +49,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
   // being destroyed, whose callers may be gone already.
   void Abandon() {
     asio::error_code ignored;
-    socket_.close(ignored);
+    Socket().close(ignored);
     resolver_.cancel();
     state_ = State::kClosed;
     in_flight_.clear();
@@ -53,6 +59,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     pending_out_.clear();
     in_.Clear();
     writing_ = false;
+    awaiting_proof_ = false;
   }
 
   void Close(const std::string& why) {
@@ -71,7 +78,32 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     Callback done;
   };
   using Frame = std::vector<Pending>;
-  enum class State { kClosed, kConnecting, kOpen };
+  // kHandshake: connected, the nonce hello sent, waiting for the challenge; frames queue.
+  enum class State { kClosed, kConnecting, kHandshake, kOpen };
+  using TlsStream = asio::ssl::stream<tcp::socket>;
+
+  tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
+  // Each in-flight operation on a TLS stream keeps it alive: a reconnect makes a new one.
+  template <class Handler>
+  void AsyncWrite(asio::const_buffer bytes, Handler handler) {
+    if (!tls_) {
+      asio::async_write(socket_, bytes, std::move(handler));
+      return;
+    }
+    asio::async_write(*tls_, bytes,
+                      [stream = tls_, handler = std::move(handler)](
+                          const asio::error_code& ec, size_t n) mutable { handler(ec, n); });
+  }
+  template <class Handler>
+  void AsyncReadSome(asio::mutable_buffer space, Handler handler) {
+    if (!tls_) {
+      socket_.async_read_some(space, std::move(handler));
+      return;
+    }
+    tls_->async_read_some(space,
+                          [stream = tls_, handler = std::move(handler)](
+                              const asio::error_code& ec, size_t n) mutable { handler(ec, n); });
+  }
 
   void Flush() {
     if (batch_.empty()) return;
@@ -85,6 +117,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
 
   void Connect() {
     state_ = State::kConnecting;
+    if (tls_ctx_) tls_ = std::make_shared<TlsStream>(io_, *tls_ctx_);
     const size_t colon = address_.rfind(':');
     std::string host = address_.substr(0, colon);
     if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
@@ -95,7 +128,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     auto [end, perr] = std::from_chars(address_.data() + colon + 1,
                                        address_.data() + address_.size(), port);
     if (!ec && perr == std::errc() && port <= 65535) {
-      socket_.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(port)),
+      Socket().async_connect(tcp::endpoint(ip, static_cast<uint16_t>(port)),
                             [self = shared_from_this()](const asio::error_code& ec) {
                               self->Connected(ec);
                             });
@@ -108,7 +141,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
             self->Close("cannot resolve " + self->address_ + ": " + ec.message());
             return;
           }
-          asio::async_connect(self->socket_, r,
+          asio::async_connect(self->Socket(), r,
                               [self](const asio::error_code& ec, const tcp::endpoint&) {
                                 self->Connected(ec);
                               });
@@ -121,18 +154,80 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
       return;
     }
     asio::error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);
+    Socket().set_option(tcp::no_delay(true), ignored);
+    if (!tls_) {
+      Secured();
+      return;
+    }
+    tls_->async_handshake(asio::ssl::stream_base::client,
+                          [self = shared_from_this(), stream = tls_](const asio::error_code& ec) {
+                            if (ec) {
+                              self->Close("TLS handshake with " + self->address_ + ": " +
+                                          ec.message());
+                              return;
+                            }
+                            self->Secured();
+                          });
+  }
+
+  // Connected, and over TLS when it is on: the secret's handshake, or open at once.
+  void Secured() {
+    if (handshake_) {
+      state_ = State::kHandshake;
+      RequestBuilder b;
+      handshake_->BuildNonceHello(b, kClientName);
+      hello_out_.clear();
+      AppendFrame(hello_out_, b.Finish());
+      writing_ = true;
+      AsyncWrite(asio::buffer(hello_out_),
+                        [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                          self->writing_ = false;
+                          if (ec) {
+                            self->Close("lost the connection to " + self->address_);
+                            return;
+                          }
+                          self->Write();
+                        });
+      Read();
+      return;
+    }
     state_ = State::kOpen;
     Read();
     Write();
   }
 
+  // A reply that belongs to the handshake: the challenge (then the proof goes out ahead of
+  // every queued frame), or the node's proof. False when the connection had to close.
+  bool Handshake(const wire::Reply& reply) {
+    std::optional<std::string> error;
+    if (state_ == State::kHandshake) {
+      RequestBuilder b;
+      error = handshake_->BuildProofHello(reply, b, kClientName);
+      if (!error) {
+        std::vector<uint8_t> proof;
+        AppendFrame(proof, b.Finish());
+        pending_out_.insert(pending_out_.begin(), proof.begin(), proof.end());
+        state_ = State::kOpen;
+        awaiting_proof_ = true;
+      }
+    } else {
+      error = handshake_->CheckNode(reply);
+      awaiting_proof_ = false;
+    }
+    if (error) {
+      Close(*error);
+      return false;
+    }
+    Write();
+    return true;
+  }
+
   void Write() {
-    if (writing_ || pending_out_.empty()) return;
+    if (state_ != State::kOpen || writing_ || pending_out_.empty()) return;
     writing_ = true;
     out_.swap(pending_out_);
     pending_out_.clear();
-    asio::async_write(socket_, asio::buffer(out_),
+    AsyncWrite(asio::buffer(out_),
                       [self = shared_from_this()](const asio::error_code& ec, size_t) {
                         self->writing_ = false;
                         self->out_.clear();
@@ -146,7 +241,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
 
   void Read() {
     const std::span<uint8_t> space = in_.Space(64 * 1024);
-    socket_.async_read_some(
+    AsyncReadSome(
         asio::buffer(space.data(), space.size()),
         [self = shared_from_this()](const asio::error_code& ec, size_t n) {
           if (!ec) self->in_.Commit(n);
@@ -167,6 +262,12 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
       if (f.status == FrameStatus::kNeedMore) break;
       const wire::Reply* reply =
           f.status == FrameStatus::kFrame ? VerifiedReply(f.body, aligned_) : nullptr;
+      if (reply && (state_ == State::kHandshake || awaiting_proof_)) {
+        const bool open = Handshake(*reply);
+        if (!open) return false;
+        in_.Consume(f.consumed);
+        continue;
+      }
       if (!reply || in_flight_.empty()) {
         Close("bad reply from " + address_);
         return false;
@@ -207,9 +308,15 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
   uint64_t next_id_ = 1;
   bool flush_posted_ = false;
   bool writing_ = false;
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // null: plain TCP
+  std::shared_ptr<TlsStream> tls_;               // this connection's, with TLS
+  std::optional<ClientHandshake> handshake_;     // with a cluster secret
+  std::vector<uint8_t> hello_out_;            // the nonce hello being written
+  bool awaiting_proof_ = false;               // the node's proof is the next reply
 };
 
-TcpTransport::TcpTransport(asio::io_context& io) : io_(io) {}
+TcpTransport::TcpTransport(asio::io_context& io, NodeAccess access)
+    : io_(io), access_(std::move(access)) {}
 
 TcpTransport::~TcpTransport() {
   // Callers shut the I/O down first (CloseAll on its thread, then stop it); whatever is left
@@ -225,7 +332,7 @@ void TcpTransport::CloseAll() {
 
 void TcpTransport::Send(const std::string& address, OpSpec op, Callback done) {
   auto& link = links_[address];
-  if (!link) link = std::make_shared<Link>(io_, address);
+  if (!link) link = std::make_shared<Link>(io_, address, access_);
   link->Send(std::move(op), std::move(done));
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "client/node_access.h"
 #include "client/transport.h"
 
 namespace asio {
@@ -17,7 +18,9 @@ namespace limiter {
 
 class TcpTransport final : public Transport {
  public:
-  explicit TcpTransport(asio::io_context& io);
+  // With TLS in `access`, connections run over it; with a secret, every connection proves it
+  // first (handshake.h).
+  explicit TcpTransport(asio::io_context& io, NodeAccess access = {});
   // Drops what is left without calling back: close everything first (CloseAll, on the I/O
   // thread), and stop the I/O thread before destroying.
   ~TcpTransport() override;
@@ -30,6 +33,7 @@ class TcpTransport final : public Transport {
  private:
   class Link;
   asio::io_context& io_;
+  const NodeAccess access_;
   std::unordered_map<std::string, std::shared_ptr<Link>> links_;
 };
 

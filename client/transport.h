@@ -3,6 +3,7 @@
 // to a Node, with delays and failures on demand.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,6 +30,8 @@ struct OpSpec {
   uint16_t split_k = 0;
   uint16_t split_index = 0;
   uint32_t split_epoch = 0;
+  std::array<uint8_t, 24> split_token{};  // the first split_token_bytes
+  uint8_t split_token_bytes = 0;
 };
 
 enum class CallStatus : uint8_t {
@@ -67,6 +70,8 @@ struct OpAnswer {
   uint16_t split_k = 0;              // Split status or SPLIT op: 0 means not split
   uint32_t split_epoch = 0;
   int64_t split_valid_ms = 0;
+  std::array<uint8_t, 24> split_token{};  // the first split_token_bytes
+  uint8_t split_token_bytes = 0;
 };
 
 struct CallResult {

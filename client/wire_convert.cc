@@ -5,7 +5,10 @@
 namespace limiter {
 
 void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
-  if (op.split_k != 0) b.OnSubBucket(op.split_k, op.split_index, op.split_epoch);
+  if (op.split_k != 0) {
+    b.OnSubBucket(op.split_k, op.split_index, op.split_epoch,
+                  {op.split_token.data(), op.split_token_bytes});
+  }
   switch (op.kind) {
     case OpKind::kCheck: b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation); break;
     case OpKind::kLease: b.Lease(id, op.policy, op.key, op.tenant, op.cost); break;
@@ -55,6 +58,10 @@ OpAnswer FromWire(const wire::OpReply& r) {
   a.split_k = r.split_k();
   a.split_epoch = r.split_epoch();
   a.split_valid_ms = r.split_valid_ms();
+  if (const auto* token = r.split_token(); token && token->size() <= a.split_token.size()) {
+    std::copy(token->begin(), token->end(), a.split_token.begin());
+    a.split_token_bytes = static_cast<uint8_t>(token->size());
+  }
   return a;
 }
 

@@ -2,14 +2,23 @@
 
 #include <xxhash.h>
 
+#include <random>
 
 namespace limiter {
+
+uint64_t KeyIdSeed() {
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32 | rd()) ^ 0x6b65792d69643a31;  // "key-id:1"
+  }();
+  return seed;
+}
 
 KeyId MakeKeyId(std::initializer_list<std::string_view> parts) {
   // Each part hashed in place, chained through the seed: no copy into a buffer (whose
   // small stores the hash would then read across, stalling on store forwarding), and the
   // part boundaries stay unambiguous.
-  uint64_t seed = 0x6b65792d69643a31;  // "key-id:1"
+  uint64_t seed = KeyIdSeed();
   const std::string_view* last = parts.begin() + (parts.size() - 1);
   for (const std::string_view* p = parts.begin(); p != last; ++p) {
     seed = XXH3_64bits_withSeed(p->data(), p->size(), seed);

@@ -1,5 +1,9 @@
-// KeyId: a 128-bit xxh3 of a key's parts (policy, key, ...), each hashed in turn. The node
-// keys its store by it and the client its local buckets, so no key string is kept.
+// KeyId: a 128-bit xxh3 of a key's parts (policy, key, ...), each hashed in turn, under a
+// seed drawn at random once per process. The node keys its store (stripe and table slot) by
+// it and the client its local buckets, so no key string is kept; the random seed keeps the
+// store's probe chains from being computed offline by someone choosing keys. A KeyId
+// therefore means nothing in another process: never store one or send one (routing uses the
+// ring's own, unseeded hash of the routing key, the same everywhere: ring.h).
 #pragma once
 
 #include <cstddef>
@@ -21,5 +25,8 @@ struct KeyIdHash {
 
 // Never all zero (that marks an empty slot). Precondition: at least one part.
 KeyId MakeKeyId(std::initializer_list<std::string_view> parts);
+
+// This process's seed (tests).
+uint64_t KeyIdSeed();
 
 }  // namespace limiter

@@ -1,5 +1,7 @@
 #include "common/key_limiter.h"
 
+#include <type_traits>
+
 namespace limiter {
 namespace {
 
@@ -51,8 +53,13 @@ Decision KeyLimiter::Decide(const Rate& rate, int64_t now_ms, int64_t cost) {
 Decision KeyLimiter::Peek(const Rate& rate, int64_t now_ms, int64_t cost) const {
   return std::visit(
       [&](const auto& s) {
-        auto copy = s;
-        return Algo<decltype(s)>::Decide(rate, copy, now_ms, cost);
+        using A = Algo<decltype(s)>;
+        if constexpr (std::is_same_v<A, SlidingLog>) {
+          return SlidingLog::Peek(rate, s, now_ms, cost);  // a log is not copied
+        } else {
+          auto copy = s;
+          return A::Decide(rate, copy, now_ms, cost);
+        }
       },
       state_);
 }

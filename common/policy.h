@@ -60,6 +60,9 @@ struct Policy {
   LeaseSettings lease;
   Fallback fallback;
   bool durable = false;  // persisted (RocksDB) when the node is built with it
+  // Key units (server/store.h) this policy may hold on each node, and has reserved there; 0:
+  // none given, so the policy shares the node's max_keys with the others.
+  int64_t max_keys = 0;
   Scope scope = Scope::kRegion;
   int line = 0;  // 1-based line of its definition, for messages
 

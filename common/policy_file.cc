@@ -60,9 +60,9 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   if (node.IsMap() && node["name"] && node["name"].IsScalar()) {
     r_.set_subject("policy '" + node["name"].Scalar() + "'");
   }
-  auto fields = r_.Fields(node, "", {"name", "algorithm", "limit", "window", "burst", "class",
-                                  "parent", "costs", "mode", "lease", "fallback", "durable",
-                                  "scope"});
+  auto fields = r_.Fields(node, "",
+                          {"name", "algorithm", "limit", "window", "burst", "class", "parent",
+                           "costs", "mode", "lease", "fallback", "durable", "scope", "max_keys"});
   auto require = [&](const char* name) -> const Field& {
     auto it = fields.find(name);
     if (it == fields.end()) r_.Fail(node, name, "missing (it is required)");
@@ -164,6 +164,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
          "missing: capacity limits need fallback.max_concurrency (their local load shedder)");
   }
   if (const Field* f = optional("durable")) p.durable = r_.Bool(*f, "durable");
+  if (const Field* f = optional("max_keys")) p.max_keys = r_.PositiveInt(*f, "max_keys");
   if (const Field* f = optional("scope")) {
     const std::string text = r_.Scalar(*f, "scope");
     if (text == "region") {

@@ -19,9 +19,11 @@ using reply_encoding::Str;
 flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBuilder& fbb,
                                                        std::string_view node,
                                                        uint32_t max_frame_bytes,
-                                                       const ReplyFields::Owner& ring) {
+                                                       const ReplyFields::Owner& ring,
+                                                       std::span<const uint8_t> proof) {
   const auto name = Str(fbb, node);
   const auto list = Members(fbb, ring.members);
+  const auto node_proof = proof.empty() ? 0 : fbb.CreateVector(proof.data(), proof.size());
   wire::HelloReplyBuilder b(fbb);
   b.add_protocol_version(kProtocolVersion);
   b.add_ring_version(ring.ring_version);
@@ -29,6 +31,7 @@ flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBu
   b.add_max_frame_bytes(max_frame_bytes);
   b.add_members(list);
   b.add_generation(ring.generation);
+  if (!node_proof.IsNull()) b.add_proof(node_proof);
   return b.Finish();
 }
 

@@ -49,6 +49,7 @@ struct ReplyFields {
   uint16_t split_k = 0;
   uint32_t split_epoch = 0;
   int64_t split_valid_ms = 0;
+  std::span<const uint8_t> split_token;  // empty: none (a node without a cluster secret)
   // HOTKEYS.
   struct HotKey {
     std::string_view policy;
@@ -64,7 +65,8 @@ struct ReplyFields {
 flatbuffers::Offset<wire::HelloReply> EncodeHelloReply(flatbuffers::FlatBufferBuilder& fbb,
                                                        std::string_view node,
                                                        uint32_t max_frame_bytes,
-                                                       const ReplyFields::Owner& ring);
+                                                       const ReplyFields::Owner& ring,
+                                                       std::span<const uint8_t> proof = {});
 
 namespace reply_encoding {  // its helpers
 
@@ -120,6 +122,8 @@ inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferB
     }
     hot = fbb.CreateVector(list);
   }
+  const auto split_token =
+      f.split_token.empty() ? 0 : fbb.CreateVector(f.split_token.data(), f.split_token.size());
   // Scalars at their default are left out (as FlatBuffers would), tested here: most replies
   // are a CHECK's, and AddElement is a call per field.
   wire::OpReplyBuilder b(fbb);
@@ -148,6 +152,7 @@ inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferB
     b.add_split_k(f.split_k);
     b.add_split_epoch(f.split_epoch);
     b.add_split_valid_ms(f.split_valid_ms);
+    if (!split_token.IsNull()) b.add_split_token(split_token);
   }
   if (!hot.IsNull()) b.add_hot_keys(hot);
   return b.Finish();

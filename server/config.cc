@@ -15,10 +15,10 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   return LoadYaml<NodeConfig>(*text, path, [&](YamlReader& r, const YAML::Node& root) {
     NodeConfig c;
     if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
-    const auto fields =
-        r.Fields(root, "", {"name", "listen", "admin", "policies", "threads", "max_keys",
-                            "idle_timeout", "max_frame", "members", "generation", "members_dns",
-                            "self", "hot_keys"});
+    const auto fields = r.Fields(root, "",
+                                 {"name", "listen", "admin", "policies", "threads", "max_keys",
+                                  "idle_timeout", "frame_timeout", "max_connections", "max_frame",
+                                  "members", "generation", "members_dns", "self", "hot_keys"});
     for (const auto& [name, f] : fields) {
       if (name == "name") {
         c.node.name = r.Scalar(f, name);
@@ -42,12 +42,17 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.node.store.max_keys = r.PositiveInt(f, name);
       } else if (name == "idle_timeout") {
         c.server.idle_timeout_ms = r.DurationMs(f, name);
+      } else if (name == "frame_timeout") {
+        c.server.frame_timeout_ms = r.DurationMs(f, name);
+      } else if (name == "max_connections") {
+        c.server.max_connections = r.PositiveInt(f, name);
       } else if (name == "members") {
         if (!f.value.IsSequence()) r.Fail(f.value, name, "expected a list of HOST:PORT");
         for (const auto& m : f.value) {
           if (!m.IsScalar()) r.Fail(m, name, "expected HOST:PORT");
           Result<std::vector<std::string>> one = ParseMemberList(m.Scalar());
-          if (!one || one->size() != 1) r.Fail(m, name, one ? "expected one HOST:PORT" : one.error());
+          if (!one || one->size() != 1)
+            r.Fail(m, name, one ? "expected one HOST:PORT" : one.error());
           c.node.members.push_back(one->front());
         }
       } else if (name == "generation") {
@@ -57,11 +62,32 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.server.members_dns = r.Scalar(f, name);
       } else if (name == "self") {
         c.node.self = r.Scalar(f, name);
+      } else if (name == "secret_file") {
+        const std::filesystem::path p = r.Scalar(f, name);
+        c.secret_file =
+            p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+      } else if (name == "secret_reload") {
+        c.secret_reload_ms = r.DurationMs(f, name);
+      } else if (name == "insecure") {
+        const std::string text = r.Scalar(f, name);
+        if (text != "true" && text != "false") r.Fail(f.value, name, "expected true or false");
+        c.insecure = text == "true";
+      } else if (name == "max_ops_per_frame") {
+        const int64_t n = r.PositiveInt(f, name);
+        if (n > 1'000'000) r.Fail(f.value, name, "at most 1000000");
+        c.node.max_ops_per_frame = static_cast<uint32_t>(n);
+      } else if (name == "max_reply_bytes") {
+        const int64_t n = r.PositiveInt(f, name);
+        if (n < 4096 || n > (int64_t{1} << 30)) {
+          r.Fail(f.value, name, "must be between 4096 and 1073741824 bytes");
+        }
+        c.node.max_reply_bytes = static_cast<uint32_t>(n);
       } else if (name == "hot_keys") {
         HotKeyOptions& hot = c.node.hot;
         for (const auto& [field, g] :
-             r.Fields(f.value, name, {"split_above", "split_share", "split", "merge_below",
-                                      "valid", "sample_every", "sketch"})) {
+             r.Fields(f.value, name,
+                      {"split_above", "split_share", "split", "merge_below", "valid",
+                       "sample_every", "sketch"})) {
           const std::string path = "hot_keys." + field;
           if (field == "split_above") {
             const std::string text = r.Scalar(g, path);
@@ -76,7 +102,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           } else if (field == "split") {
             const int64_t k = r.PositiveInt(g, path);
             if (k < 2 || k > 64 || (k & (k - 1)) != 0) {
-              r.Fail(g.value, path, "must be a power of two from 2 to 64, got " + std::to_string(k));
+              r.Fail(g.value, path,
+                     "must be a power of two from 2 to 64, got " + std::to_string(k));
             }
             hot.split_k = static_cast<int>(k);
           } else if (field == "merge_below") {

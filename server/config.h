@@ -7,12 +7,21 @@
 //   threads: 2                   # default: one per core
 //   max_keys: 10000000
 //   idle_timeout: 60s            # close connections silent this long
+//   frame_timeout: 10s           # a frame begun must be whole this soon, or the connection
+//                                # closes (a peer trickling bytes cannot hold it open)
+//   max_connections: 10000       # over all workers; beyond it a new connection is closed
+//                                # as soon as accepted
 //   max_frame: 1048576           # bytes
 //   members: [10.0.0.1:7450, 10.0.0.2:7450]   # the cluster; default: standalone
 //   generation: 3                # of that list: raise it with every change (default 0)
 //   members_dns: limiterd.ns.svc:7450         # or: one name, re-resolved every 5 s (its
 //                                # generation is the time of the answer)
 //   self: 10.0.0.1:7450          # this node among the members
+//   secret_file: /run/secrets/limiter   # the cluster secret: one line, or two (current, next)
+//   secret_reload: 5s            # how often that file is re-read (rotation)
+//   insecure: false              # true: serve beyond loopback without a secret
+//   max_ops_per_frame: 8192      # more in one frame: refused, connection closed
+//   max_reply_bytes: 8388608     # a reply growing past this: refused, connection closed
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)
@@ -35,6 +44,12 @@ struct NodeConfig {
   NodeOptions node;
   ServerOptions server;
   std::string policies_path;
+  // The cluster secret's file (re-read every secret_reload_ms), else the environment
+  // ($LIMITER_SECRET_FILE, $LIMITER_SECRET). Never a flag holding the secret itself.
+  std::string secret_file;
+  int64_t secret_reload_ms = 5000;
+  // Without a secret, a node refuses to listen beyond loopback unless this is set.
+  bool insecure = false;
 };
 
 // Errors name file:line:column and the field, like the policy file's.

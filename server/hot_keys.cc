@@ -26,6 +26,11 @@ constexpr size_t kReportedHotKeys = 20;
 
 }  // namespace
 
+int64_t Node::ReopenMarginMs() const {
+  // A split token is honoured clock_skew_ms past its time on another node's clock.
+  return kReopenMarginMs + (requires_secret_ ? options_.clock_skew_ms : 0);
+}
+
 bool Node::Splittable(int policy) const {
   const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
   // A split key's sub-buckets live on other nodes than its tenant, so only keys outside
@@ -52,7 +57,7 @@ void Node::Record(Worker& w, bool denied) {
 
 std::optional<int64_t> Node::HandOutView(int policy, const KeyId& id, Store::Split& split,
                                          int64_t now) {
-  if (split.merging && now >= split.valid_until_ms + kReopenMarginMs) {
+  if (split.merging && now >= split.valid_until_ms + ReopenMarginMs()) {
     Drain(policy, id, now);  // reopen now: every client's view has lapsed
     store_.EraseSplit(id);
     return std::nullopt;
@@ -78,8 +83,10 @@ bool Node::RedirectToSplit(Worker& w, int64_t now, OpResult& r) {
     r.reply.split_k = split->k;
     r.reply.split_epoch = split->epoch;
     r.reply.split_valid_ms = valid;
+    SignSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, split->k, split->epoch,
+              valid, r);
     // Merging, and no view left to hand out: until it reopens, come back then.
-    if (valid == 0) r.reply.retry_after_ms = split->valid_until_ms + kReopenMarginMs - now;
+    if (valid == 0) r.reply.retry_after_ms = split->valid_until_ms + ReopenMarginMs() - now;
     return true;
   }
   return false;
@@ -98,6 +105,8 @@ void Node::SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r) {
   r.reply.split_k = split->k;
   r.reply.split_epoch = split->epoch;
   r.reply.split_valid_ms = *view;
+  SignSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, split->k, split->epoch,
+            *view, r);
 }
 
 void Node::Drain(int policy, const KeyId& id, int64_t now) {
@@ -105,8 +114,14 @@ void Node::Drain(int policy, const KeyId& id, int64_t now) {
   KeyLimiter drained(p.algorithm);
   drained.Decide(p.rate, now, FullAllowance(p.algorithm, p.rate));
   Slot* slot = store_.Find(policy, id);
-  if (slot == nullptr && store_.TryReserve(1)) slot = store_.Insert(policy, id);
-  if (slot != nullptr) store_.Pack(policy, std::move(drained), slot);
+  if (slot == nullptr) {
+    if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
+      store_.NoteRefusal(policy);  // no room: the key stays without a slot, as a new key
+      return;
+    }
+    slot = store_.Insert(policy, id);
+  }
+  store_.Pack(policy, std::move(drained), slot);
 }
 
 void Node::StartSplit(int policy, const std::string& key, int64_t rate, int64_t now) {
@@ -117,7 +132,10 @@ void Node::StartSplit(int policy, const std::string& key, int64_t rate, int64_t 
   if (store_.FindSplit(id) != nullptr) return;
   // The key's slot stays while it is split, so that it can reopen drained.
   if (store_.Find(policy, id) == nullptr) {
-    if (!store_.TryReserve(1)) return;
+    if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
+      store_.NoteRefusal(policy);
+      return;
+    }
     store_.Pack(policy, KeyLimiter(p.algorithm), store_.Insert(policy, id));
   }
   Store::Split& split = store_.AddSplit(id);
@@ -191,7 +209,7 @@ void Node::Tick() {
       split.cool_ticks = split.rate < merge_below ? split.cool_ticks + 1 : 0;
       split.merging = split.cool_ticks >= 3;
     }
-    if (split.merging && now >= split.valid_until_ms + kReopenMarginMs) {
+    if (split.merging && now >= split.valid_until_ms + ReopenMarginMs()) {
       Drain(split.policy, id, now);
       return true;  // erase: reopened
     }

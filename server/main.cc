@@ -1,14 +1,39 @@
 // limiterd: the shard node. Wiring only; everything else is in the limiter_server library.
+#include <arpa/inet.h>
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <memory>
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
 #include "server/config.h"
+#include "server/secret_watcher.h"
+#include "server/store.h"
+
+namespace {
+
+// Every connection is a descriptor, and the default soft limit (often 1024) is far below
+// max_connections. Raising it to the hard limit needs no privilege; a node that cannot still
+// runs, and out of descriptors it backs off from accepting.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    std::fprintf(stderr, "limiterd: cannot raise the descriptor limit to %llu: %s\n",
+                 static_cast<unsigned long long>(limit.rlim_max), std::strerror(errno));
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"limiterd: a shard node of the rate-limiter cluster"};
@@ -23,9 +48,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--max-keys", max_keys, "Most keys held at once")->check(CLI::PositiveNumber);
   app.add_option("--name", name, "Node name");
+  int64_t max_connections = 0, frame_timeout_ms = 0;
+  app.add_option("--max-connections", max_connections,
+                 "Most client connections open at once; more are closed as soon as accepted "
+                 "(default 10000)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--frame-timeout-ms", frame_timeout_ms,
+                 "A frame begun must be whole within this, or its connection closes "
+                 "(default 10000)")
+      ->check(CLI::PositiveNumber);
   std::string members, members_dns, self;
   int64_t generation = -1;
-  app.add_option("--members", members, "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
+  app.add_option("--members", members,
+                 "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
   app.add_option("--generation", generation,
                  "Generation of --members: nodes and gateways adopt only a larger one (default 0)")
       ->check(CLI::NonNegativeNumber);
@@ -38,6 +73,21 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--hot-split", hot_split, "Sub-buckets of a split key: 2, 4, ... 64")
       ->check(CLI::IsMember({2, 4, 8, 16, 32, 64}));
+  std::string secret_file;
+  int64_t secret_reload_ms = 0;
+  bool insecure = false;
+  int64_t max_ops_per_frame = 0;
+  app.add_option("--secret-file", secret_file,
+                 "The cluster secret: a file of one line (or two: current and next), re-read "
+                 "for rotation; else $LIMITER_SECRET_FILE or $LIMITER_SECRET");
+  app.add_option("--secret-reload-ms", secret_reload_ms,
+                 "How often the secret file is re-read (default 5000)")
+      ->check(CLI::Range(int64_t{10}, int64_t{3'600'000}));
+  app.add_flag("--insecure", insecure,
+               "Serve beyond loopback without a cluster secret (every peer is trusted)");
+  app.add_option("--max-ops-per-frame", max_ops_per_frame,
+                 "Ops one frame may carry (default 8192)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -54,6 +104,8 @@ int main(int argc, char** argv) {
   if (!policies.empty()) config.policies_path = policies;
   if (threads > 0) config.server.threads = threads;
   if (max_keys > 0) config.node.store.max_keys = max_keys;
+  if (max_connections > 0) config.server.max_connections = max_connections;
+  if (frame_timeout_ms > 0) config.server.frame_timeout_ms = frame_timeout_ms;
   if (!name.empty()) config.node.name = name;
   if (!members.empty()) {
     limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(members);
@@ -89,8 +141,45 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  RaiseDescriptorLimit();
+  if (auto plan = limiter::Store::PlanBudgets(*policy_set, config.node.store.max_keys); !plan) {
+    std::cerr << "limiterd: " << plan.error() << '\n';
+    return 1;
+  }
+  if (!secret_file.empty()) config.secret_file = secret_file;
+  if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
+  if (insecure) config.insecure = true;
+  if (max_ops_per_frame > 0) config.node.max_ops_per_frame = static_cast<uint32_t>(max_ops_per_frame);
+  limiter::Result<limiter::auth::SecretSource> secret = limiter::auth::FindSecrets(config.secret_file);
+  if (!secret) {
+    std::cerr << "limiterd: " << secret.error() << '\n';
+    return 1;
+  }
+  config.node.secrets = secret->secrets;
+  if (secret->secrets.empty() && !config.insecure) {
+    // Protected mode: a node without a secret trusts every peer, so it stays on loopback.
+    const std::optional<limiter::HostPort> hp = limiter::ParseHostPort(config.server.listen);
+    in_addr v4{};
+    in6_addr v6{};
+    const bool loopback =
+        hp && (hp->host == "localhost" ||
+               (::inet_pton(AF_INET, hp->host.c_str(), &v4) == 1 &&
+                (ntohl(v4.s_addr) >> 24) == 127) ||
+               (::inet_pton(AF_INET6, hp->host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6)));
+    if (!loopback) {
+      std::cerr << "limiterd: listening on " << config.server.listen
+                << " without a cluster secret would trust every peer that reaches it; give "
+                   "--secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), or --insecure\n";
+      return 1;
+    }
+  }
   limiter::SteadyClock clock;
   limiter::Node node(*policy_set, clock, config.node);
+  std::unique_ptr<limiter::SecretWatcher> watcher;
+  if (!secret->file.empty()) {
+    watcher = std::make_unique<limiter::SecretWatcher>(
+        node, secret->file, secret->secrets, std::chrono::milliseconds(config.secret_reload_ms));
+  }
   limiter::Server server(node, config.server);
   if (auto error = server.Start()) {
     std::cerr << "limiterd: " << *error << '\n';

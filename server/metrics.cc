@@ -49,6 +49,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   std::array<std::array<uint64_t, 3>, kOpTypes + 1> ops{};
   std::array<uint64_t, kBadFrameKinds> bad{};
   uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
+  uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0;
   {
     std::lock_guard<std::mutex> guard(workers_mu_);
     for (const auto& w : workers_) {
@@ -62,6 +63,9 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
       frames += c.frames.Get();
       opened += c.connections_opened.Get();
       closed += c.connections_closed.Get();
+      auth_failures += c.auth_failures.Get();
+      frames_refused += c.frames_refused.Get();
+      split_refusals += c.split_refusals.Get();
     }
   }
   std::vector<std::pair<std::string, int64_t>> out;
@@ -75,7 +79,19 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
     }
   }
   out.emplace_back("keys", store_.keys());
+  out.emplace_back("key_units", store_.units());
+  out.emplace_back("key_units_committed", store_.committed());
   out.emplace_back("max_keys", store_.max_keys());
+  // Each policy's share (store.h): "keys.NAME" etc.
+  for (size_t p = 0; p < policies_.policies().size(); ++p) {
+    const std::string& name = policies_.policies()[p].name;
+    const Store::PolicyUsage u = store_.usage(static_cast<int>(p));
+    out.emplace_back("keys." + name, u.keys);
+    out.emplace_back("key_units." + name, u.units);
+    out.emplace_back("key_reserve." + name, u.budget.reserve);
+    out.emplace_back("key_cap." + name, u.budget.cap);
+    out.emplace_back("key_refusals." + name, u.refusals);
+  }
   out.emplace_back("evictions", store_.evictions());
   out.emplace_back("refusals", static_cast<int64_t>(refusals));
   out.emplace_back("split_redirects", static_cast<int64_t>(redirects));
@@ -88,6 +104,9 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   }
   out.emplace_back("bad_frames", static_cast<int64_t>(bad_total));
   out.emplace_back("frames", static_cast<int64_t>(frames));
+  out.emplace_back("frames_refused", static_cast<int64_t>(frames_refused));
+  out.emplace_back("auth_failures", static_cast<int64_t>(auth_failures));
+  out.emplace_back("split_refusals", static_cast<int64_t>(split_refusals));
   out.emplace_back("connections_open", static_cast<int64_t>(opened - closed));
   out.emplace_back("connections_total", static_cast<int64_t>(opened));
   out.emplace_back("resident_bytes", ResidentBytes());
@@ -165,6 +184,54 @@ std::string Node::RenderMetrics() {
   out << "limiter_evictions_total " << stat("evictions") << '\n';
   Header(out, "limiter_refusals_total", "counter", "New keys refused at max_keys.");
   out << "limiter_refusals_total " << stat("refusals") << '\n';
+  Header(out, "limiter_auth_failures_total", "counter",
+         "Connections closed for a hello without valid proof of the cluster secret.");
+  out << "limiter_auth_failures_total " << stat("auth_failures") << '\n';
+  Header(
+      out, "limiter_frames_refused_total", "counter",
+      "Frames over a bound (ops, reply bytes, STATS/HOTKEYS/INSPECT); their connections closed.");
+  out << "limiter_frames_refused_total " << stat("frames_refused") << '\n';
+  Header(out, "limiter_split_refusals_total", "counter",
+         "Ops on a sub-bucket of a split that is not real or no longer valid.");
+  out << "limiter_split_refusals_total " << stat("split_refusals") << '\n';
+  Header(out, "limiter_key_units", "gauge",
+         "Key units held: a key is one, a sliding-log key more (its log's memory).");
+  out << "limiter_key_units " << stat("key_units") << '\n';
+  Header(out, "limiter_key_units_committed", "gauge",
+         "Key units held or reserved: the sum over policies of max(held, reserve).");
+  out << "limiter_key_units_committed " << stat("key_units_committed") << '\n';
+  // Per policy, straight from the store (Stats has them under "keys.NAME" and so on).
+  struct PolicyGauge {
+    const char* name;
+    const char* type;
+    const char* help;
+    int64_t Store::PolicyUsage::*field;  // or, for the budget's:
+    int64_t KeyBudget::*budget;
+  };
+  static constexpr PolicyGauge kPolicyGauges[] = {
+      {"limiter_policy_keys", "gauge", "Live keys of the policy.", &Store::PolicyUsage::keys,
+       nullptr},
+      {"limiter_policy_key_units", "gauge", "Key units the policy holds.",
+       &Store::PolicyUsage::units, nullptr},
+      {"limiter_policy_key_reserve", "gauge",
+       "Key units reserved for the policy: its max_keys, or its share of what is left.", nullptr,
+       &KeyBudget::reserve},
+      {"limiter_policy_key_cap", "gauge",
+       "The most key units the policy may hold: its max_keys, or the node's.", nullptr,
+       &KeyBudget::cap},
+      {"limiter_policy_key_refusals_total", "counter",
+       "New keys (or sliding-log growth) of the policy refused: no room in its budget.",
+       &Store::PolicyUsage::refusals, nullptr},
+  };
+  std::vector<Store::PolicyUsage> usage;
+  for (size_t p = 0; p < n_policies; ++p) usage.push_back(store_.usage(static_cast<int>(p)));
+  for (const PolicyGauge& g : kPolicyGauges) {
+    Header(out, g.name, g.type, g.help);
+    for (size_t p = 0; p < n_policies; ++p) {
+      const int64_t v = g.field ? usage[p].*g.field : usage[p].budget.*g.budget;
+      out << g.name << "{policy=\"" << Escape(policies_.policies()[p].name) << "\"} " << v << '\n';
+    }
+  }
   Header(out, "limiter_bad_frames_total", "counter",
          "Frames rejected: too_large/empty/truncated close the connection, invalid gets an "
          "error reply.");

@@ -39,11 +39,13 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
       clock_(clock),
       options_(std::move(options)),
       store_(policies, options_.store),
+      requires_secret_(!options_.secrets.empty()),
       next_lease_id_(RandomLeaseIdStart()),
       started_ms_(clock.NowMs()) {
   for (size_t i = 0; i < policies.policies().size(); ++i) {
     policy_index_.emplace(policies.policies()[i].name, static_cast<int>(i));
   }
+  secrets_.store(std::make_shared<const auth::Secrets>(options_.secrets));
   membership_.store(
       std::make_shared<const Membership>(Membership{Ring(options_.members), options_.generation}));
   parents_.assign(policies.policies().size(), false);
@@ -110,12 +112,6 @@ void Node::ErrorFrame(Worker& w, std::string_view error, std::vector<uint8_t>& o
   AppendFrame(out, {fbb.GetBufferPointer(), fbb.GetSize()});
 }
 
-Node::Session Node::NewSession() const {
-  Session s;
-  s.authenticated = true;
-  return s;
-}
-
 uint32_t Node::FrameLimit(const Session& session) const {
   return session.authenticated ? options_.max_frame_bytes
                                : std::min(options_.max_frame_bytes, kMaxHelloFrameBytes);
@@ -135,7 +131,24 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   if (request == nullptr) {
     w.counters.bad_frames[static_cast<size_t>(BadFrame::kInvalid)].Add();
     ErrorFrame(w, "frame is not a valid Request (FlatBuffers verification failed)", out);
-    return AfterFrame::kContinue;
+    // Before authentication, nothing but a valid hello is worth another chance.
+    return session.authenticated ? AfterFrame::kContinue : AfterFrame::kClose;
+  }
+  std::optional<auth::Mac> node_proof;
+  if (!session.authenticated) {
+    switch (Authenticate(w, session, *request, out, node_proof)) {
+      case Gate::kAnswered:
+        return AfterFrame::kContinue;
+      case Gate::kRefused:
+        return AfterFrame::kClose;
+      case Gate::kProceed:
+        break;
+    }
+  }
+  if (std::optional<std::string> error = FrameBoundError(*request)) {
+    w.counters.frames_refused.Add();
+    ErrorFrame(w, *error, out);
+    return AfterFrame::kClose;
   }
   // Read once per frame, before any key's lock: the algorithms never let a key's time run
   // backwards when another worker has moved it on meanwhile.
@@ -147,7 +160,8 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   if (request->hello()) {
     const ReplyFields::Owner ring{
         membership->ring.members(), membership->ring.version(), membership->generation, {}};
-    hello = EncodeHelloReply(fbb, options_.name, options_.max_frame_bytes, ring);
+    hello = EncodeHelloReply(fbb, options_.name, options_.max_frame_bytes, ring,
+                             node_proof ? auth::Bytes(*node_proof) : auth::Bytes());
   }
   w.replies.clear();
   if (const auto* ops = request->ops()) {
@@ -156,6 +170,15 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
       w.results.clear();
       HandleOp(w, *op, *membership, now, r);
       EncodeReply(w, *op, *membership, r);
+      if (fbb.GetSize() > options_.max_reply_bytes) {
+        // What was done stays done (as for a client that drops a reply); the peer asked for
+        // more than a reply may hold, and hears why.
+        w.counters.frames_refused.Add();
+        ErrorFrame(w, "the reply to this frame would exceed " +
+                          std::to_string(options_.max_reply_bytes) + " bytes; send fewer ops",
+                   out);
+        return AfterFrame::kClose;
+      }
     }
   }
   const auto ops = fbb.CreateVector(w.replies);
@@ -376,6 +399,11 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       if (cached.empty() || !share) {  // empty: the policy cannot split
         r.Fail(wire::Status::BadRequest, where() + ": policy '" + p.name + "' cannot be split " +
                                              std::to_string(split_k) + " ways");
+        return false;
+      }
+      if (std::optional<std::string> forged = SplitError(p, key, op, m)) {
+        w.counters.split_refusals.Add();
+        r.Fail(wire::Status::BadRequest, where() + ": " + *forged);
         return false;
       }
       Entry& e = w.entries.back();

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/counter.h"
 #include "common/frame_codec.h"
@@ -28,6 +29,7 @@
 
 namespace limiter::wire {
 struct Op;
+struct Request;
 }
 
 namespace limiter {
@@ -52,6 +54,17 @@ struct NodeOptions {
   uint64_t generation = 0;
   std::string self;
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Bounds on the work one frame may ask for. Over any, the frame is refused whole (nothing
+  // in it is done), the peer gets an error reply and its connection closes.
+  uint32_t max_ops_per_frame = 8192;
+  uint32_t max_reply_bytes = 8u << 20;   // checked as the reply is built
+  uint32_t max_inspects_per_frame = 64;  // INSPECT; STATS and HOTKEYS: one each
+  // The cluster secret(s): with any, every connection must prove one in its hello, and split
+  // tokens are signed with the first. Empty: every peer is trusted.
+  auth::Secrets secrets;
+  // How far apart the nodes' wall clocks may be: a split token is honoured this long past
+  // its time, and a split reopens this much later.
+  int64_t clock_skew_ms = 1000;
   Store::Options store;
   size_t sweep_budget = 4096;  // slots per stripe and policy per Sweep
   HotKeyOptions hot;
@@ -71,6 +84,9 @@ struct WorkerCounters {
   std::vector<std::array<Counter, 2>> decisions;         // [policy][allowed, denied]
   std::array<Counter, kBadFrameKinds> bad_frames;
   Counter refusals;  // new keys refused at max_keys
+  Counter auth_failures;     // hellos without a valid proof; their connections were closed
+  Counter frames_refused;    // frames over a bound (ops, reply, STATS/HOTKEYS/INSPECT)
+  Counter split_refusals;    // ops on a sub-bucket of a split that is not (or no longer) real
   Counter split_redirects;  // ops on a split key, answered with its split
   Counter frames;
   Counter connections_opened;
@@ -92,7 +108,8 @@ class Node {
   struct Session {
     bool authenticated = false;
     bool challenged = false;  // a challenge was sent; the next hello must answer it
-    std::array<uint8_t, 32> challenge{};
+    auth::Nonce challenge{};
+    auth::Nonce nonce{};  // the client's, that the challenge was answered for
   };
   // A new connection's session: authenticated already when the node needs no secret.
   Session NewSession() const;
@@ -141,6 +158,11 @@ class Node {
   std::shared_ptr<const Membership> membership() const { return membership_.load(); }
   std::shared_ptr<const Ring> ring() const;
 
+  // Replaces the cluster secrets (a re-read secret file: rotation). Only a node started with
+  // a secret has any to replace; an empty set is ignored. Thread-safe.
+  void SetSecrets(auth::Secrets secrets);
+  bool requires_secret() const { return requires_secret_; }
+
   const NodeOptions& options() const { return options_; }
   const PolicySet& policies() const { return policies_; }
   Store& store() { return store_; }
@@ -153,6 +175,21 @@ class Node {
  private:
   struct OpResult;
   struct Entry;
+  enum class Gate { kProceed, kAnswered, kRefused };
+  // Before a connection's peer has proved the secret: a challenge for a nonce, the proof
+  // checked (kProceed: the frame's ops may be handled, `node_proof` is the node's answer),
+  // or an error reply (kRefused: close).
+  Gate Authenticate(Worker& w, Session& session, const wire::Request& request,
+                    std::vector<uint8_t>& out, std::optional<auth::Mac>& node_proof);
+  // The first bound the frame breaks, or nullopt.
+  std::optional<std::string> FrameBoundError(const wire::Request& request) const;
+  // Whether an op on a sub-bucket names a split its owner really made and still hands out;
+  // an error message when not.
+  std::optional<std::string> SplitError(const Policy& p, std::string_view key,
+                                        const wire::Op& op, const Membership& m);
+  // A token for a split view handed out now for `valid_ms`; empty without a secret.
+  void SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t epoch,
+                 int64_t valid_ms, OpResult& r);
   void HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
   // The reply of one handled op, appended to the worker's replies.
   void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r);
@@ -183,6 +220,7 @@ class Node {
                                      int64_t now);
   void Record(Worker& w, bool denied);  // samples the op's limits into the hot-key sketch
   bool Splittable(int policy) const;
+  int64_t ReopenMarginMs() const;  // after a merging split's last view lapses
   void StartSplit(int policy, const std::string& key, int64_t rate, int64_t now);
   // With the key's stripe locked: the key's slot holds a drained state.
   void Drain(int policy, const KeyId& id, int64_t now);
@@ -193,6 +231,8 @@ class Node {
   Store store_;
   std::unordered_map<std::string_view, int> policy_index_;
   std::atomic<std::shared_ptr<const Membership>> membership_;
+  const bool requires_secret_;
+  std::atomic<std::shared_ptr<const auth::Secrets>> secrets_;
   // Lease ids: from a random start each life, so that a lease granted before a restart is
   // never mistaken for one granted after it.
   std::atomic<uint64_t> next_lease_id_;

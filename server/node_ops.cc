@@ -8,30 +8,84 @@
 #include "server/sub_bucket.h"
 
 namespace limiter {
+namespace {
 
-bool Node::Save(Worker& w, const Store::StripeLock& lock, int64_t now) {
-  auto new_keys = [&] {
-    int64_t n = 0;
-    for (const Entry& e : w.entries) n += e.slot == nullptr;
-    return n;
-  };
-  if (const int64_t fresh = new_keys(); fresh > 0 && !store_.TryReserve(fresh)) {
-    // At the bound: expired keys go first. Reclaiming moves slots, and may take this op's
-    // own keys if they had expired, so find them again and count anew.
-    store_.ReclaimLocked(lock, now, options_.sweep_budget);
-    for (Entry& e : w.entries) e.slot = store_.Find(e.policy, e.id);
-    if (!store_.TryReserve(new_keys())) {
-      w.counters.refusals.Add();
-      return false;
+// Reserves room for every limit of the op to take one charge: a new key, or a sliding log's
+// growth (Store::ReserveCharge). Before anything is decided, so that a refusal changes no
+// state. At the bound, expired keys in the locked stripes are reclaimed and it tries once
+// more. Reclaiming moves slots, and may take the op's own keys if they had expired (never a
+// log the op holds), so the slots are found again. Returns -1, or the policy that had no
+// room: then nothing is reserved, the states taken are given back, and the refusal is
+// counted against that policy.
+template <class Entries>
+int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, int64_t now,
+                size_t sweep_budget) {
+  for (int attempt = 0;; ++attempt) {
+    size_t reserved = 0;
+    while (reserved < entries.size()) {
+      auto& e = entries[reserved];
+      if (!store.ReserveCharge(e.policy, e.slot, e.limiter)) break;
+      ++reserved;
+    }
+    if (reserved == entries.size()) return -1;
+    // A log's growth stays with its slot (Pack or GiveBack settles it); new keys' go back.
+    for (size_t i = 0; i < reserved; ++i) {
+      if (entries[i].slot == nullptr) {
+        store.Unreserve(entries[i].policy, store.NewKeyUnits(entries[i].policy));
+      }
+    }
+    if (attempt == 1) {
+      const int refused = entries[reserved].policy;
+      store.NoteRefusal(refused);
+      for (auto& e : entries) store.GiveBack(e.policy, std::move(e.limiter), e.slot);
+      return refused;
+    }
+    store.ReclaimLocked(lock, now, sweep_budget);
+    for (auto& e : entries) e.slot = store.Find(e.policy, e.id);
+  }
+}
+
+// Ends an op that saves nothing, after ReserveRoom: the states go back, new keys' units too.
+template <class Entries>
+void Abandon(Store& store, Entries& entries) {
+  for (auto& e : entries) {
+    if (e.slot == nullptr) {
+      store.Unreserve(e.policy, store.NewKeyUnits(e.policy));
+    } else {
+      store.GiveBack(e.policy, std::move(e.limiter), e.slot);
     }
   }
-  // Existing keys first: an insert may move every slot of its table.
+}
+
+std::string KeysExhausted(const Store& store, const PolicySet& policies, int policy) {
+  const Store::PolicyUsage u = store.usage(policy);
+  const std::string& name = policies.policies()[static_cast<size_t>(policy)].name;
+  if (u.budget.capped) {
+    return "policy '" + name + "' holds its maximum of " + std::to_string(u.budget.cap) +
+           " keys on this node; new keys are refused";
+  }
+  std::string message =
+      "the node holds its maximum of " + std::to_string(store.max_keys()) + " keys";
+  if (store.committed() > store.units()) {
+    message += " (counting space reserved for other policies; policy '" + name + "' holds " +
+               std::to_string(u.units) + ", its reserve is " + std::to_string(u.budget.reserve) +
+               ")";
+  }
+  return message + "; new keys are refused";
+}
+
+}  // namespace
+
+// With room reserved (ReserveRoom): existing keys first, as an insert may move every slot of
+// its table. Cannot fail.
+bool Node::Save(Worker& w, const Store::StripeLock&, int64_t) {
   for (Entry& e : w.entries) {
     if (e.slot) store_.Pack(e.policy, std::move(e.limiter), e.slot);
   }
   for (Entry& e : w.entries) {
     if (!e.slot) store_.Pack(e.policy, std::move(e.limiter), store_.Insert(e.policy, e.id));
   }
+  for (Entry& e : w.entries) e.slot = nullptr;  // moved by the inserts
   return true;
 }
 
@@ -43,13 +97,14 @@ void Node::CollectStripes(Worker& w) {
   w.stripes.erase(std::unique(w.stripes.begin(), w.stripes.end()), w.stripes.end());
 }
 
-// With the entries' stripes locked: each entry's slot and state. A sub-bucket not yet made
-// starts drained: a split hands out no allowance the key had not already.
+// With the entries' stripes locked: each entry's slot and state, taken (Store::Take) until
+// Save or GiveBack. A sub-bucket not yet made starts drained: a split hands out no allowance
+// the key had not already.
 void Node::Load(Worker& w, int64_t now) {
   w.made_drained = false;
   for (Entry& e : w.entries) {
     e.slot = store_.Find(e.policy, e.id);
-    e.limiter = store_.Unpack(e.policy, e.slot);
+    e.limiter = store_.Take(e.policy, e.slot, now);
     if (e.slot == nullptr && e.split_k != 0) {
       e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
       w.made_drained = true;  // must be kept, allowed or not: a fresh state is full
@@ -79,6 +134,12 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     Load(w, now);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
+        refused >= 0) {
+      w.counters.refusals.Add();
+      r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
+      return;
+    }
     const bool books = store_.books() > 0;
     if (books) NoteInEffect(w, now);
     bool all = true;
@@ -97,16 +158,13 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
       }
     }
     if ((all && !dry_run) || w.made_drained) {
-      if (!Save(w, lock, now)) {
-        r.Fail(wire::Status::KeysExhausted, "the node holds its maximum of " +
-                                                std::to_string(store_.max_keys()) +
-                                                " keys; new keys are refused");
-        return;
-      }
+      Save(w, lock, now);
       charged = all && !dry_run;
       // Before an admission is the least a lease's charge can have fallen to: its books
-      // learn it (after Save: the slots are where they stay).
+      // learn it.
       if (charged && books) ClampBooks(w);
+    } else {
+      Abandon(store_, entries);
     }
     r.reply.allowed = all;
   }
@@ -132,6 +190,12 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     Load(w, now);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
+        refused >= 0) {
+      w.counters.refusals.Add();
+      r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
+      return;
+    }
     NoteInEffect(w, now);
     int64_t grant = units;
     for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
@@ -146,11 +210,10 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
         r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, rest.retry_after_ms);
       }
     }
-    if ((grant > 0 || w.made_drained) && !Save(w, lock, now)) {
-      r.Fail(wire::Status::KeysExhausted, "the node holds its maximum of " +
-                                              std::to_string(store_.max_keys()) +
-                                              " keys; new keys are refused");
-      return;
+    if (grant > 0 || w.made_drained) {
+      Save(w, lock, now);
+    } else {
+      Abandon(store_, entries);
     }
     r.reply.granted = grant;
     r.reply.allowed = grant > 0;
@@ -186,7 +249,7 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
   Store::StripeLock lock(store_, w.stripes);
   for (Entry& e : entries) {
     e.slot = store_.Find(e.policy, e.id);
-    e.limiter = store_.Unpack(e.policy, e.slot);
+    e.limiter = store_.Take(e.policy, e.slot, now);
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry& e = entries[i];
@@ -202,7 +265,7 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
     if (!claim) {
       if (i == 0) {  // the named limit: the return is refused
         r.Fail(wire::Status::BadRequest, claim.error());
-        return;
+        break;
       }
       continue;  // an ancestor whose book has forgotten the lease: its units lapse
     }
@@ -215,8 +278,10 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
     } else {
       store_.Pack(e.policy, std::move(e.limiter), e.slot);
     }
+    e.slot = nullptr;  // done with (the entries are in different tables: no slot moved)
   }
-  r.reply.allowed = true;
+  for (Entry& e : entries) store_.GiveBack(e.policy, std::move(e.limiter), e.slot);
+  if (r.reply.status == wire::Status::Ok) r.reply.allowed = true;
 }
 
 void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
@@ -230,6 +295,8 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
       r.reply.split_k = split->k;
       r.reply.split_epoch = split->epoch;
       r.reply.split_valid_ms = std::max<int64_t>(0, split->valid_until_ms - now);
+      SignSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, split->k,
+                split->epoch, r.reply.split_valid_ms, r);
     }
   }
   r.inspected = true;

@@ -2,178 +2,71 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
-#include <list>
 #include <thread>
 
 #include "common/membership.h"
-#include "common/read_buffer.h"
+#include "server/connection.h"
 
 namespace limiter {
 namespace {
 
 using asio::ip::tcp;
-constexpr size_t kReadChunk = 64 * 1024;
 
 std::string FormatEndpoint(const tcp::endpoint& ep) {
   const std::string host = ep.address().to_string();
   return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
 }
 
-// One client connection, living on one worker's io_context; every handler runs there.
-class Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(tcp::socket socket, Node& node, Node::Worker& worker, const ServerOptions& options,
-             std::list<std::weak_ptr<Connection>>& registry)
-      : socket_(std::move(socket)),
-        node_(node),
-        worker_(worker),
-        options_(options),
-        idle_(socket_.get_executor()),
-        registry_(registry) {}
-
-  void Start() {
-    registry_it_ = registry_.insert(registry_.end(), weak_from_this());
-    Node::CountersOf(worker_).connections_opened.Add();
-    asio::error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);
-    last_activity_ = std::chrono::steady_clock::now();
-    ArmIdleTimer();
-    Read();
-  }
-
-  ~Connection() {
-    Node::CountersOf(worker_).connections_closed.Add();
-    registry_.erase(registry_it_);
-  }
-
-  void Close() {
-    asio::error_code ignored;
-    idle_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-  }
-
- private:
-  void Read() {
-    if (reading_ || closing_) return;
-    if (pending_.size() > options_.max_output_bytes) return;  // resumed when writes drain
-    reading_ = true;
-    const std::span<uint8_t> space = in_.Space(kReadChunk);
-    socket_.async_read_some(
-        asio::buffer(space.data(), space.size()),
-        [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-          self->reading_ = false;
-          if (ec) {
-            if (ec != asio::error::operation_aborted && self->in_.size() > 0) {
-              self->CountBad(BadFrame::kTruncated);  // the peer left mid-frame
-            }
-            self->Close();
-            return;
-          }
-          self->in_.Commit(n);
-          self->last_activity_ = std::chrono::steady_clock::now();
-          self->Process();
-        });
-  }
-
-  void Process() {
-    while (!closing_) {
-      const uint32_t max_frame = node_.FrameLimit(session_);
-      const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
-      if (frame.status == FrameStatus::kNeedMore) break;
-      if (frame.status != FrameStatus::kFrame) {
-        // Framing is lost: say why, then close this connection only.
-        CountBad(frame.status == FrameStatus::kEmpty ? BadFrame::kEmpty : BadFrame::kTooLarge);
-        node_.ErrorFrame(worker_, DescribeFrameError(frame, max_frame), pending_);
-        closing_ = true;
-        break;
-      }
-      if (node_.HandleFrame(worker_, session_, frame.body, pending_) == Node::AfterFrame::kClose) {
-        closing_ = true;
-      }
-      in_.Consume(frame.consumed);
-    }
-    Write();
-    Read();
-  }
-
-  void Write() {
-    if (writing_ || pending_.empty()) {
-      if (!writing_ && closing_) Close();
-      return;
-    }
-    writing_ = true;
-    out_.swap(pending_);
-    pending_.clear();
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                        self->writing_ = false;
-                        self->out_.clear();
-                        if (ec) {
-                          self->Close();
-                          return;
-                        }
-                        self->Write();
-                        self->Read();
-                      });
-  }
-
-  void ArmIdleTimer() {
-    idle_.expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
-    idle_.async_wait([weak = weak_from_this()](const asio::error_code& ec) {
-      auto self = weak.lock();
-      if (ec || !self) return;
-      const auto idle = std::chrono::steady_clock::now() - self->last_activity_;
-      if (idle >= std::chrono::milliseconds(self->options_.idle_timeout_ms)) {
-        self->Close();
-      } else {
-        self->ArmIdleTimer();
-      }
-    });
-  }
-
-  void CountBad(BadFrame kind) {
-    Node::CountersOf(worker_).bad_frames[static_cast<size_t>(kind)].Add();
-  }
-
-  tcp::socket socket_;
-  Node& node_;
-  Node::Worker& worker_;
-  const ServerOptions& options_;
-  asio::steady_timer idle_;
-  std::list<std::weak_ptr<Connection>>& registry_;
-  std::list<std::weak_ptr<Connection>>::iterator registry_it_;
-  Node::Session session_ = node_.NewSession();
-  ReadBuffer in_;
-  std::vector<uint8_t> pending_;  // replies not yet handed to the socket
-  std::vector<uint8_t> out_;      // the write in flight
-  bool reading_ = false;
-  bool writing_ = false;
-  bool closing_ = false;
-  std::chrono::steady_clock::time_point last_activity_;
-};
+// An accept that failed for want of descriptors or memory: accepting again at once would fail
+// the same way, as fast as the loop can go.
+bool OutOfResources(const asio::error_code& ec) {
+  if (ec.category() != asio::system_category()) return false;
+  const int e = ec.value();
+  return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+}
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 struct WorkerThread {
-  // Declared before io: destroying io destroys pending handlers, and with them connections
-  // that unregister themselves from this list.
-  std::list<std::weak_ptr<Connection>> connections;  // touched only on this worker's thread
+  WorkerThread(Node& node, const ServerOptions& options, std::atomic<int64_t>& open)
+      : node_worker(node.AddWorker()), connections(node, node_worker, options, open) {}
+
+  Node::Worker& node_worker;
+  // Before io: destroying io destroys pending handlers, and with them connections that
+  // unregister themselves from this set.
+  ConnectionSet connections;  // touched only on this worker's thread
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
-  Node::Worker* node_worker = nullptr;
+  // One timer walks all of this worker's connections for their deadlines, rather than one
+  // per connection: a connection is then no bigger for having timeouts, and re-arming a
+  // timer on every read is gone from the hot path.
+  asio::steady_timer reaper{io};
   std::thread thread;
 };
+
+void Metric(std::string& out, const char* name, const char* type, const char* help,
+            uint64_t value) {
+  out += std::string("# HELP ") + name + ' ' + help + "\n# TYPE " + name + ' ' + type + '\n';
+  out += std::string(name) + ' ' + std::to_string(value) + '\n';
+}
 
 }  // namespace
 
 struct Server::Impl {
   Node& node;
   ServerOptions options;
+  // Connections open over all workers, from accept to their end: the max_connections cap.
+  std::atomic<int64_t> open{0};
+  Counter refused;        // over max_connections; written on the acceptor's thread only
+  Counter accept_errors;  // likewise
   std::vector<std::unique_ptr<WorkerThread>> workers;
   std::unique_ptr<tcp::acceptor> acceptor;
+  std::unique_ptr<asio::steady_timer> accept_backoff;  // on the acceptor's io_context
   std::unique_ptr<asio::signal_set> signals;
   size_t next_worker = 0;
   httplib::Server admin;
@@ -193,19 +86,70 @@ struct Server::Impl {
     WorkerThread& target = *workers[next_worker];
     next_worker = (next_worker + 1) % workers.size();
     acceptor->async_accept(target.io, [this, &target](const asio::error_code& ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted || stopping) return;
       if (ec) {
-        if (ec == asio::error::operation_aborted || stopping) return;
-        Accept();  // a failed accept (out of descriptors, say) must not stop the node
+        // A failed accept must not stop the node, nor, when it is out of descriptors, spin.
+        accept_errors.Add();
+        if (!OutOfResources(ec)) {
+          Accept();
+          return;
+        }
+        accept_backoff->expires_after(kAcceptBackoff);
+        accept_backoff->async_wait([this](const asio::error_code& wait_ec) {
+          if (!wait_ec && !stopping) Accept();
+        });
         return;
       }
-      asio::post(target.io, [this, &target, s = std::move(s)]() mutable {
-        if (stopping) return;
-        std::make_shared<Connection>(std::move(s), node, *target.node_worker, options,
-                                     target.connections)
-            ->Start();
-      });
+      // Only this thread adds to `open`, so the cap is never passed.
+      if (open.load(std::memory_order_relaxed) >= options.max_connections) {
+        refused.Add();
+        asio::error_code ignored;
+        s.close(ignored);  // before a Connection, its buffers or its session exist
+      } else {
+        open.fetch_add(1, std::memory_order_relaxed);
+        asio::post(target.io, [this, &target, s = std::move(s)]() mutable {
+          if (stopping) {
+            open.fetch_sub(1, std::memory_order_relaxed);
+            return;
+          }
+          target.connections.Add(std::move(s));
+        });
+      }
       Accept();
     });
+  }
+
+  void Reap(WorkerThread& w) {
+    w.reaper.expires_after(ReapInterval(options));
+    w.reaper.async_wait([this, &w](const asio::error_code& ec) {
+      if (ec || stopping) return;
+      w.connections.Reap(std::chrono::steady_clock::now());
+      Reap(w);
+    });
+  }
+
+  // The server's own counters, in the same exposition format as Node::RenderMetrics.
+  std::string RenderMetrics() const {
+    uint64_t frame_timeouts = 0, idle_timeouts = 0;
+    for (const auto& w : workers) {
+      frame_timeouts += w->connections.frame_timeouts();
+      idle_timeouts += w->connections.idle_timeouts();
+    }
+    std::string out;
+    Metric(out, "limiter_connections_open", "gauge",
+           "Client connections open now, over all workers (the max_connections cap).",
+           static_cast<uint64_t>(std::max<int64_t>(0, open.load(std::memory_order_relaxed))));
+    Metric(out, "limiter_connections_refused_total", "counter",
+           "Connections closed as soon as accepted: max_connections were open.", refused.Get());
+    Metric(out, "limiter_accept_errors_total", "counter",
+           "Failed accepts; out of descriptors or memory, accepting pauses 100 ms.",
+           accept_errors.Get());
+    Metric(out, "limiter_frame_timeouts_total", "counter",
+           "Connections closed because a frame begun was not whole within frame_timeout.",
+           frame_timeouts);
+    Metric(out, "limiter_idle_timeouts_total", "counter",
+           "Connections closed after idle_timeout without a byte read.", idle_timeouts);
+    return out;
   }
 };
 
@@ -240,13 +184,11 @@ std::optional<HostPort> ParseHostPort(const std::string& text) {
 
 std::optional<std::string> Server::Start() {
   Impl& s = *impl_;
-  const int threads =
-      s.options.threads > 0 ? s.options.threads
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = s.options.threads > 0
+                          ? s.options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 0; i < threads; ++i) {
-    auto w = std::make_unique<WorkerThread>();
-    w->node_worker = &s.node.AddWorker();
-    s.workers.push_back(std::move(w));
+    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open));
   }
   const std::optional<HostPort> listen = ParseHostPort(s.options.listen);
   if (!listen) return "--listen: expected HOST:PORT, got '" + s.options.listen + "'";
@@ -261,6 +203,7 @@ std::optional<std::string> Server::Start() {
     s.acceptor->set_option(tcp::acceptor::reuse_address(true));
     s.acceptor->bind(ep);
     s.acceptor->listen(asio::socket_base::max_listen_connections);
+    s.accept_backoff = std::make_unique<asio::steady_timer>(io);
   } catch (const std::exception& e) {
     return "cannot listen on " + s.options.listen + ": " + e.what();
   }
@@ -269,7 +212,7 @@ std::optional<std::string> Server::Start() {
     if (!admin) return "--admin: expected HOST:PORT, got '" + s.options.admin + "'";
     s.admin_host = admin->host;
     s.admin.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-      res.set_content(s.node.RenderMetrics(), "text/plain; version=0.0.4");
+      res.set_content(s.node.RenderMetrics() + s.RenderMetrics(), "text/plain; version=0.0.4");
     });
     s.admin.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
@@ -302,6 +245,7 @@ std::optional<std::string> Server::Start() {
 void Server::Run() {
   Impl& s = *impl_;
   s.Accept();
+  for (auto& w : s.workers) s.Reap(*w);
   s.sweeper = std::thread([&s] {
     std::unique_lock<std::mutex> lock(s.sweep_mu);
     auto next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -324,8 +268,7 @@ void Server::Run() {
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        members.error().c_str());
-        } else if (auto error = s.node.SetMembers(std::move(members).value(),
-                                                  DnsGeneration())) {
+        } else if (auto error = s.node.SetMembers(std::move(members).value(), DnsGeneration())) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        error->c_str());
         }
@@ -359,16 +302,13 @@ void Server::Stop() {
   asio::post(s.workers.front()->io, [&s] {
     asio::error_code ignored;
     if (s.acceptor) s.acceptor->close(ignored);
+    if (s.accept_backoff) s.accept_backoff->cancel();
     if (s.signals) s.signals->cancel(ignored);
   });
   for (auto& w : s.workers) {
     asio::post(w->io, [w = w.get()] {
-      // Copy first: closing a connection removes it from the list.
-      std::vector<std::shared_ptr<Connection>> open;
-      for (auto& weak : w->connections) {
-        if (auto c = weak.lock()) open.push_back(std::move(c));
-      }
-      for (auto& c : open) c->Close();
+      w->reaper.cancel();
+      w->connections.CloseAll();
       w->guard.reset();
     });
   }

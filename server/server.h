@@ -2,7 +2,9 @@
 // spread over the workers and stay on theirs, each worker with its own Node::Worker, so the
 // only shared state on the hot path is the store's stripe locks. An admin HTTP port
 // (cpp-httplib) serves /metrics, /healthz and /readyz; a sweeper thread reclaims expired keys
-// and ticks the hot-key detection once a second.
+// and ticks the hot-key detection once a second. Whatever peers do, the node's connections
+// stay bounded in number (max_connections), in time (idle and frame timeouts) and in memory
+// (see ConnectionSet in server/connection.h).
 //
 // Thread-safety: Start and Run from one thread; Stop from any thread, any number of times.
 #pragma once
@@ -22,8 +24,10 @@ struct ServerOptions {
   int threads = 0;                       // 0: one per core
   size_t max_output_bytes = 8u << 20;    // per connection; reading pauses above it
   int64_t idle_timeout_ms = 60'000;      // a connection silent this long is closed
+  int64_t frame_timeout_ms = 10'000;     // a frame begun must be whole this soon, or close
+  int64_t max_connections = 10'000;      // over all workers; more are accepted and closed
   int64_t sweep_interval_ms = 100;
-  std::string members_dns;             // resolved into the node's member list, periodically
+  std::string members_dns;  // resolved into the node's member list, periodically
   int64_t dns_refresh_ms = 5000;
 };
 

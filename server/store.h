@@ -1,24 +1,59 @@
 // The node's in-memory store: every key's algorithm state, keyed by a 128-bit xxh3 of
-// (policy, key); key strings are not kept. Keys are spread over stripes, each with its own
-// mutex and one KeyTable per policy, so threads meet on a lock only when they touch the same
-// stripe; an operation on several keys locks their stripes in ascending order.
+// (policy, key) under a per-process seed (key_id.h); key strings are not kept. Keys are spread
+// over stripes, each with its own mutex and one KeyTable per policy, so threads meet on a lock
+// only when they touch the same stripe; an operation on several keys locks their stripes in
+// ascending order.
 //
 // Idle keys expire: a key whose state equals a fresh key's (a full bucket, a past window)
 // carries no information and is reclaimed by Sweep, or on demand at the key bound. Keys with
 // live state are never evicted, since forgetting them would let the key exceed its promise;
-// at max_keys, new keys are refused instead.
+// at the bound, new keys are refused instead.
+//
+// Key units and budgets. The bound is on memory: the node holds at most max_keys key units.
+// A key is one unit (its 32-byte slot); a sliding-log key is 1 + ceil(B / 32), B being what
+// its log holds on the heap (its State and its ring buffer, counted as at least
+// kMinCapacity entries). A log's buffer grows only when full and only with the units
+// reserved first (ReserveCharge), and gives half back at a quarter full (Pack), so the count
+// is exact as entries come and go; one log holds at most min(L, W) entries (sliding_log.h).
+// Each policy has a share of max_keys, so that a flood of new keys on one policy cannot push
+// out another policy's new keys:
+//   - a policy with `max_keys: N` in the policy file has N units reserved, and N is its cap;
+//   - the others get equal reserves out of half of what the explicit ones leave; the other
+//     half is reserved by nobody, and they may grow beyond their reserves into it (up to
+//     max_keys). Half, not all: with everything reserved no policy could ever grow past
+//     max_keys / policies, and a node with one busy policy would refuse keys at a fraction of
+//     its bound.
+// A reservation of u units for a policy holding h is admitted iff h + u <= its cap and either
+// h + u <= its reserve or the node's committed space, the sum over policies of
+// max(held, reserve), stays within max_keys. A policy below its reserve therefore always gets
+// its key, whatever the others do; a flood on one policy takes at most its reserve and the
+// unreserved half. Explicit caps adding up to more than max_keys are an error (PlanBudgets:
+// the node must not start with them).
+//
+// Exact under concurrency: each policy's held units are one atomic, changed only by exact
+// transitions (CAS or fetch_add/sub, which know the old value), and over_, the units held
+// beyond reserves, changes after each transition by exactly what it moved
+// max(0, held - reserve): the changes telescope, so at rest over_ equals the sum, and nothing
+// leaks. Within its reserve a reservation is a CAS on its policy's atomic alone (no lock;
+// over_ does not move). Beyond it, reservations take budget_mu_, the only place over_ grows,
+// so each reads over_ no lower than the truth (a release lowers it just after its own
+// transition: a reading can be high for a moment, which refuses, never over-admits).
+// Releases (Erase, Sweep, a log shrinking) take no lock. An op that reserves for several
+// policies and is refused at the last one gives the others back, so a concurrent reservation
+// beyond its reserve may be refused by that momentary hold; reserves are never touched by it.
 //
 // Beside a key's state, the store keeps a lease book for keys that had leases granted
 // (lease_book.h), in its stripe; the book goes with the key (a key is fresh again, so no
 // charge of its leases is left in effect).
 //
 // Thread-safety: the functions taking a Slot or a policy table need the key's stripe locked
-// (StripeLock); the counters are atomics.
+// (StripeLock); the budget functions and counters may be used from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -30,16 +65,31 @@
 #include "common/key_limiter.h"
 #include "common/lease_book.h"
 #include "common/policy.h"
+#include "common/result.h"
 #include "server/key_table.h"
 
 namespace limiter {
 
+// A policy's share of the node's key units (see Store).
+struct KeyBudget {
+  int64_t reserve = 0;  // always available to the policy
+  int64_t cap = 0;      // the most it may hold: its own max_keys, or the node's
+  bool capped = false;  // the cap is the policy's own max_keys
+};
+
 class Store {
  public:
   struct Options {
-    int64_t max_keys = 10'000'000;
+    int64_t max_keys = 10'000'000;  // key units
     size_t stripes = 64;
   };
+
+  // Each policy's budget under max_keys, in the order of policies.policies(); an error when
+  // the policies' own max_keys add up to more than max_keys. limiterd checks it before it
+  // builds a node; a Store made with budgets that fail it is a crash.
+  static Result<std::vector<KeyBudget>> PlanBudgets(const PolicySet& policies, int64_t max_keys);
+  // Key units of a sliding-log key whose buffer holds `capacity` entries.
+  static int64_t LogUnits(size_t capacity);
 
   Store(const PolicySet& policies, Options options);
   ~Store();
@@ -66,10 +116,25 @@ class Store {
 
   // --- With the key's stripe locked ---
   Slot* Find(int policy, const KeyId& id);
-  // The state in a slot; a fresh state for nullptr.
+  // A copy of the state in a slot (a fresh state for nullptr), to look at.
   KeyLimiter Unpack(int policy, const Slot* slot) const;
+  // The state in a slot, to change and then Pack (or GiveBack): a sliding log is moved out,
+  // not copied, and advanced to now_ms (SlidingLog::Advance); its slot is held, never
+  // reclaimed, until then. A fresh state for nullptr.
+  KeyLimiter Take(int policy, Slot* slot, int64_t now_ms);
+  // Reserves what the key needs to take one more charge: a new key's units (slot nullptr), or
+  // a full sliding log's growth (its buffer grows now, the units are recorded in its slot).
+  // False, with nothing reserved, when the policy's budget has no room. A new key's units are
+  // Unreserve(policy, NewKeyUnits(policy))d if it is not inserted after all.
+  bool ReserveCharge(int policy, Slot* slot, KeyLimiter& taken);
+  // Stores a state in the slot, after Take or into a new slot; settles the key's units (a
+  // log's buffer is trimmed at a quarter full). A state that outgrew its reservation is
+  // counted all the same (no path in the node does that).
   void Pack(int policy, KeyLimiter&& limiter, Slot* slot);
-  // Adds a key; needs a reservation (TryReserve) for it.
+  // Returns a state from Take that is not to be saved (a denial, a dry run, a refusal). Its
+  // changes must change no later decision (Advance, a denying Decide, Peek).
+  void GiveBack(int policy, KeyLimiter&& taken, Slot* slot);
+  // Adds a key; needs NewKeyUnits(policy) reserved for it (ReserveCharge or TryReserve).
   Slot* Insert(int policy, const KeyId& id);
   void Erase(int policy, const KeyId& id);
   // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each.
@@ -87,8 +152,8 @@ class Store {
     int64_t reported_ops = 0;    // ops clients sent to the sub-buckets, since the last tick
     int64_t rate = 0;            // ops per second: the higher of the last two ticks
     int64_t last_tick_rate = 0;
-    int cool_ticks = 0;          // consecutive ticks below the merge threshold
-    bool merging = false;        // no longer renewed; reopens after valid_until_ms
+    int cool_ticks = 0;    // consecutive ticks below the merge threshold
+    bool merging = false;  // no longer renewed; reopens after valid_until_ms
   };
   // The lease book of a key, or nullptr; AddBook makes it (for a key that has a slot). With
   // the key's stripe locked.
@@ -105,36 +170,80 @@ class Store {
   // functions above on that key); a split for which it returns true is erased.
   void VisitSplits(const std::function<bool(const KeyId&, Split&)>& visit);
 
-  // Room for `n` new keys under max_keys; false (and nothing reserved) when there is none.
-  bool TryReserve(int64_t n);
+  // --- Key budgets: any thread ---
+  // The units a new key of the policy takes.
+  int64_t NewKeyUnits(int policy) const { return new_key_units_[static_cast<size_t>(policy)]; }
+  // Reserves `units` for the policy within its budget; false (nothing reserved) when there is
+  // no room. Unreserve gives units back (a key erased, a reservation not used).
+  bool TryReserve(int policy, int64_t units);
+  void Unreserve(int policy, int64_t units);
+  // Counts a refused new key (or log growth) against the policy.
+  void NoteRefusal(int policy);
 
   // Reclaims expired keys, looking at up to `budget` slots per stripe and policy. Takes the
   // stripe locks one at a time.
   size_t Sweep(int64_t now_ms, size_t budget);
 
-  int64_t keys() const { return keys_.load(std::memory_order_relaxed); }
+  struct PolicyUsage {
+    int64_t keys = 0;      // live keys
+    int64_t units = 0;     // key units they hold, with those reserved for keys being added
+    int64_t refusals = 0;  // reservations refused (new keys, a log's growth)
+    KeyBudget budget;
+  };
+  PolicyUsage usage(int policy) const;
+  int64_t keys() const;   // live keys, all policies
+  int64_t units() const;  // key units held, all policies
+  // The sum over policies of max(units held, reserve): never above max_keys.
+  int64_t committed() const;
   int64_t max_keys() const { return max_keys_; }
   int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
   size_t table_bytes();  // locks every stripe in turn
 
+  // The keys the tables hold for a policy and their units, counted slot by slot from the
+  // memory each holds (every stripe locked in turn). Equals usage()'s when no op is between
+  // Take or a reservation and its Pack: for tests and consistency checks.
+  struct Tally {
+    int64_t keys = 0;
+    int64_t units = 0;
+  };
+  Tally Recount(int policy);
+
  private:
   struct Stripe {
     std::mutex mu;
-    std::vector<KeyTable> tables;   // per policy; guarded by mu
-    std::vector<size_t> cursors;    // per policy, where Sweep goes on; guarded by mu
-    std::unordered_map<KeyId, Split, KeyIdHash> splits;  // guarded by mu
+    std::vector<KeyTable> tables;  // per policy; guarded by mu
+    std::vector<size_t> cursors;   // per policy, where Sweep goes on; guarded by mu
+    std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
+  };
+  // One policy's counts, on a cache line of their own.
+  struct alignas(64) PolicyKeys {
+    std::atomic<int64_t> units{0};
+    std::atomic<int64_t> keys{0};
+    std::atomic<int64_t> refusals{0};
+    KeyBudget budget;
   };
   size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
   void DropBook(Stripe& stripe, const KeyId& id);  // with stripe.mu held
-  void Release(int policy, Slot& slot);  // frees what a slot owns
+  void Release(int policy, Slot& slot);            // frees what a slot owns
+  int64_t SlotUnits(int policy, const Slot& slot) const;
+  void PackLog(int policy, SlidingLog::State& log, Slot& slot);
+  void ForceReserve(int policy, int64_t units);  // counts units even beyond the budget
+  bool IsLog(int policy) const {
+    return algorithms_[static_cast<size_t>(policy)] == Algorithm::kSlidingLog;
+  }
 
-  std::vector<Algorithm> algorithms_;  // per policy
-  std::vector<Rate> rates_;            // per policy
+  std::vector<Algorithm> algorithms_;   // per policy
+  std::vector<Rate> rates_;             // per policy
+  std::vector<int64_t> new_key_units_;  // per policy
+  std::unique_ptr<PolicyKeys[]> policy_keys_;
+  size_t policy_count_ = 0;
   std::vector<std::unique_ptr<Stripe>> stripes_;
   const int64_t max_keys_;
-  std::atomic<int64_t> keys_{0};
+  int64_t free_ = 0;              // max_keys_ minus every reserve: the space beyond reserves
+  std::mutex budget_mu_;          // taken to grow over_
+  std::atomic<int64_t> over_{0};  // units held beyond reserves, summed over policies
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> splits_{0};
   std::atomic<int64_t> books_{0};

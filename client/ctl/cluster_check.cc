@@ -34,6 +34,10 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
   options.policy_file = args.policy_file;
   options.gateways = args.gateways;
   options.name = "limiterctl";
+  options.secret_file = args.secret_file;
+  options.tls_ca_file = args.tls.ca_file;
+  options.tls_cert_file = args.tls.cert_file;
+  options.tls_key_file = args.tls.key_file;
   std::string error;
   std::unique_ptr<client::Client> c = client::Client::Create(options, &error);
   if (!c) {

@@ -84,8 +84,8 @@ std::optional<std::vector<std::string>> Members(const std::string& command,
 
 // One op on one node; `use` reads the reply. Returns an error message, or empty.
 template <class Build, class Use>
-std::string Ask(const std::string& node, Build build, Use use) {
-  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(node, 2000);
+std::string Ask(const std::string& node, const NodeAccess& access, Build build, Use use) {
+  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(node, 2000, access);
   if (!c) return c.error();
   RequestBuilder b;
   build(b);
@@ -113,7 +113,7 @@ int RunHotKeys(const HotKeysArgs& args, std::ostream& out, std::ostream& err) {
     std::vector<std::pair<std::string, std::string>> errors;
     for (const std::string& node : *members) {
       const std::string e = Ask(
-          node, [](RequestBuilder& b) { b.HotKeys(1); },
+          node, args.access, [](RequestBuilder& b) { b.HotKeys(1); },
           [&](const wire::OpReply& r) {
             if (!r.hot_keys()) return;
             for (const wire::HotKey* k : *r.hot_keys()) {
@@ -169,7 +169,7 @@ int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err) {
   std::map<std::string, NodeRing> seen;
   for (const std::string& node : ring.members()) {
     NodeRing& n = seen[node];
-    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(node, 2000);
+    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(node, 2000, args.access);
     if (!c) {
       n.error = c.error();
       continue;
@@ -232,7 +232,7 @@ int RunClusterStats(const StatsArgs& args, std::ostream& out, std::ostream& err)
   using Counters = std::map<std::string, int64_t>;
   auto read = [&](const std::string& node, Counters& into) {
     return Ask(
-        node, [](RequestBuilder& b) { b.Stats(1); },
+        node, args.access, [](RequestBuilder& b) { b.Stats(1); },
         [&](const wire::OpReply& r) {
           if (!r.stats()) return;
           for (const wire::Stat* s : *r.stats()) into[s->name()->str()] = s->value();
@@ -313,21 +313,23 @@ int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& 
   std::vector<Bucket> buckets;
   uint16_t split_k = 0;
   uint32_t epoch = 0;
+  std::vector<uint8_t> token;  // the owner's split token, for the sub-buckets
   auto inspect = [&](const std::string& node, const std::string& name, uint16_t k,
                      uint16_t index) {
     Bucket bucket;
     bucket.node = node;
     bucket.name = name;
     const std::string e = Ask(
-        node,
+        node, args.access,
         [&](RequestBuilder& b) {
-          if (k) b.OnSubBucket(k, index, epoch);
+          if (k) b.OnSubBucket(k, index, epoch, token);
           b.Inspect(1, args.policy, args.key, args.tenant);
         },
         [&](const wire::OpReply& r) {
           if (k == 0) {
             split_k = r.split_k();
             epoch = r.split_epoch();
+            if (r.split_token()) token.assign(r.split_token()->begin(), r.split_token()->end());
           }
           if (r.state()) {
             bucket.algorithm = r.state()->algorithm() ? r.state()->algorithm()->str() : "";

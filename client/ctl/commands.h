@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "client/node_access.h"
+
 namespace limiter::ctl {
 
 struct ReplayArgs {
@@ -35,6 +37,9 @@ struct CheckArgs {
   int concurrency = 1;
   bool dry_run = false;
   bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
+  std::string secret_file;  // --secret-file, for the client library (--cluster)
+  TlsOptions tls;           // --tls-*, for the client library (--cluster)
 };
 int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
 int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err);
@@ -46,6 +51,7 @@ struct InspectArgs {
   std::string key;
   std::string tenant;   // with --cluster: route by the tenant (policies with a parent)
   bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
 };
 int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err);
 int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& err);
@@ -55,6 +61,7 @@ struct StatsArgs {
   std::string cluster;  // or every member, with ops/s over `interval_s`
   double interval_s = 1;
   bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
 };
 int RunStats(const StatsArgs& args, std::ostream& out, std::ostream& err);
 int RunClusterStats(const StatsArgs& args, std::ostream& out, std::ostream& err);
@@ -67,12 +74,14 @@ struct HotKeysArgs {
   size_t top = 20;
   bool clear_screen = false;  // refresh in place (set when stdout is a terminal)
   bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
 };
 int RunHotKeys(const HotKeysArgs& args, std::ostream& out, std::ostream& err);
 
 struct RingArgs {
   std::string cluster;
   bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
 };
 int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err);
 

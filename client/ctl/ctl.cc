@@ -14,6 +14,13 @@ namespace limiter::ctl {
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"limiterctl: admin tool for the rate-limiter cluster"};
   app.require_subcommand(1);
+  std::string secret_file;
+  app.add_option("--secret-file", secret_file,
+                 "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET)");
+  TlsOptions tls;
+  app.add_option("--tls-ca", tls.ca_file, "TLS to the nodes: the CA file that signed them");
+  app.add_option("--tls-cert", tls.cert_file, "TLS: this client's certificate (mutual TLS)");
+  app.add_option("--tls-key", tls.key_file, "TLS: the key of --tls-cert");
 
   ReplayArgs replay;
   CLI::App* replay_cmd = app.add_subcommand(
@@ -98,6 +105,14 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   } catch (const CLI::ParseError& e) {
     return app.exit(e, out, err);
   }
+  Result<NodeAccess> access = LoadNodeAccess(secret_file, tls);
+  if (!access) {
+    err << "limiterctl: " << access.error() << '\n';
+    return 2;
+  }
+  check.access = inspect.access = stats.access = hot.access = ring.access = *access;
+  check.secret_file = secret_file;
+  check.tls = tls;
   if (replay_cmd->parsed()) return RunReplay(replay, out, err);
   if (check_cmd->parsed()) return RunCheck(check, out, err);
   if (inspect_cmd->parsed()) {

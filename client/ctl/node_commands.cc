@@ -48,7 +48,7 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
   for (int t = 0; t < threads; ++t) {
     const int64_t mine = args.count / threads + (t < args.count % threads ? 1 : 0);
     workers.emplace_back([&, mine] {
-      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server);
+      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
       if (!c) {
         note_error(c.error(), mine);
         return;
@@ -113,7 +113,7 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
 }
 
 int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
-  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server);
+  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
   if (!c) {
     err << "limiterctl inspect: " << c.error() << '\n';
     return 1;
@@ -166,7 +166,7 @@ int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
 }
 
 int RunStats(const StatsArgs& args, std::ostream& out, std::ostream& err) {
-  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server);
+  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
   if (!c) {
     err << "limiterctl stats: " << c.error() << '\n';
     return 1;

@@ -124,3 +124,35 @@ TEST(FrameFuzzCorpus, NodeAnswersAValidCheckAfterTheCorpus) {
 
 }  // namespace
 }  // namespace limiter::fuzz
+
+namespace limiter::fuzz {
+namespace {
+
+// The fuzzer's sessions: after the handshake a CHECK is answered; without it, the first
+// frame is refused and closes the connection.
+TEST(FrameFuzzCorpus, TheSecretNodeAnswersOnlyAfterTheHandshake) {
+  RequestBuilder b;
+  b.Check(5, "quota", "session-key");
+  b.Check(6, "quota", "session-key");
+  std::vector<uint8_t> frames;
+  AppendFrame(frames, b.Finish());
+  AppendFrame(frames, b.Finish());
+
+  std::vector<uint8_t> stream;
+  EXPECT_EQ(FeedSession(frames, /*authenticate=*/true, stream), 2u);
+  const Replies answered(stream);
+  ASSERT_EQ(answered.replies.size(), 2u);
+  ASSERT_NE(answered.replies[0]->ops(), nullptr);
+  EXPECT_EQ(answered.replies[0]->ops()->size(), 2u);
+
+  stream.clear();
+  EXPECT_EQ(FeedSession(frames, /*authenticate=*/false, stream), 1u);
+  const Replies refused(stream);
+  ASSERT_EQ(refused.replies.size(), 1u);
+  ASSERT_NE(refused.replies[0]->error(), nullptr);
+  EXPECT_NE(refused.replies[0]->error()->string_view().find("cluster secret"),
+            std::string_view::npos);
+}
+
+}  // namespace
+}  // namespace limiter::fuzz

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/auth.h"
 #include "common/frame_codec.h"
 #include "common/policy_file.h"
 #include "common/wire.h"
@@ -22,6 +23,17 @@ PolicySet LoadPolicies() {
   Result<PolicySet> policies = ParsePolicies(kPolicies, "fuzz-policies.yaml");
   if (!policies) Die(policies.error());
   return std::move(policies).value();
+}
+
+// One Request frame body holding a hello with `nonce` and, when given, `proof`.
+std::vector<uint8_t> HelloFrame(const auth::Nonce& nonce, const auth::Mac* proof) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto client = fbb.CreateString("fuzzer");
+  const auto n = fbb.CreateVector(nonce.data(), nonce.size());
+  const auto p = proof ? fbb.CreateVector(proof->data(), proof->size()) : 0;
+  const auto hello = wire::CreateHello(fbb, kProtocolVersion, client, n, p);
+  fbb.Finish(wire::CreateRequest(fbb, hello));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
 NodeOptions FuzzOptions() {
@@ -84,6 +96,87 @@ FuzzNode& SharedFuzzNode() {
   return node;
 }
 
+namespace {
+NodeOptions FuzzAuthOptions() {
+  NodeOptions options = FuzzOptions();
+  options.secrets = auth::Secrets{{std::string(kFuzzSecret)}};
+  options.max_ops_per_frame = 64;
+  options.max_reply_bytes = 64 * 1024;
+  return options;
+}
+
+// A reply on a session: an error alone when the connection is to close, else an answer to
+// the request (as CheckReply).
+void CheckSessionReply(std::span<const uint8_t> reply, const wire::Request* request,
+                       Node::AfterFrame after, std::vector<uint64_t>& scratch) {
+  if (after == Node::AfterFrame::kClose || request == nullptr) {
+    CheckReply(reply, nullptr, scratch);
+    return;
+  }
+  CheckReply(reply, request, scratch);
+}
+
+// The client's side of the handshake on `session`; aborts unless the node accepts it.
+void Handshake(FuzzAuthNode& f, Node::Session& session) {
+  const auth::Nonce nonce = auth::RandomNonce();
+  std::vector<uint8_t> out;
+  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, nullptr), out) !=
+      Node::AfterFrame::kContinue) {
+    Die("the node closed the connection on a nonce hello");
+  }
+  const FrameResult frame = DecodeFrame(out, UINT32_MAX);
+  const wire::Reply* r = VerifiedReply(frame.body, f.reply_copy);
+  if (!r || !r->hello() || !r->hello()->challenge() ||
+      r->hello()->challenge()->size() != auth::kNonceBytes) {
+    Die("a nonce hello was not answered with a challenge");
+  }
+  auth::Nonce challenge{};
+  std::copy(r->hello()->challenge()->begin(), r->hello()->challenge()->end(), challenge.begin());
+  const auth::Mac proof = auth::ClientProof(kFuzzSecret, challenge, nonce);
+  out.clear();
+  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, &proof), out) !=
+          Node::AfterFrame::kContinue ||
+      !session.authenticated) {
+    Die("the node refused a valid proof");
+  }
+}
+}  // namespace
+
+FuzzAuthNode::FuzzAuthNode()
+    : policies(LoadPolicies()),
+      node(policies, clock, FuzzAuthOptions()),
+      worker(node.AddWorker()) {}
+
+FuzzAuthNode& SharedFuzzAuthNode() {
+  static FuzzAuthNode node;
+  return node;
+}
+
+size_t FeedSession(std::span<const uint8_t> input, bool authenticate,
+                   std::vector<uint8_t>& replies) {
+  FuzzAuthNode& f = SharedFuzzAuthNode();
+  Node::Session session = f.node.NewSession();
+  if (authenticate) Handshake(f, session);
+  size_t handled = 0;
+  for (;;) {
+    const uint32_t max_frame = f.node.FrameLimit(session);
+    const FrameResult frame = DecodeFrame(input, max_frame);
+    if (frame.status != FrameStatus::kFrame) return handled;  // the server's framing errors
+    f.clock.Advance(kStepMs);
+    const size_t reply_at = replies.size();
+    const Node::AfterFrame after = f.node.HandleFrame(f.worker, session, frame.body, replies);
+    ++handled;
+    if (!authenticate && session.authenticated) {
+      Die("a connection was authenticated without the proof");
+    }
+    CheckSessionReply(std::span(replies).subspan(reply_at),
+                      VerifiedRequest(frame.body, f.request_copy), after, f.reply_copy);
+    CheckKeyCount(f.node.store());
+    if (after == Node::AfterFrame::kClose) return handled;
+    input = input.subspan(frame.consumed);
+  }
+}
+
 void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
   FuzzNode& f = SharedFuzzNode();
   const uint32_t max_frame = f.node.options().max_frame_bytes;
@@ -112,5 +205,9 @@ void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> replies;
   limiter::fuzz::FeedStream({data, size}, replies);
+  replies.clear();
+  limiter::fuzz::FeedSession({data, size}, /*authenticate=*/true, replies);
+  replies.clear();
+  limiter::fuzz::FeedSession({data, size}, /*authenticate=*/false, replies);
   return 0;
 }

@@ -82,12 +82,32 @@ struct FuzzNode {
 };
 FuzzNode& SharedFuzzNode();
 
+// A second node that requires the cluster secret `kFuzzSecret`.
+inline constexpr std::string_view kFuzzSecret = "fuzz-cluster-secret-0123456789";
+struct FuzzAuthNode {
+  FuzzAuthNode();
+  ManualClock clock{kStartMs};
+  PolicySet policies;
+  Node node;
+  Node::Worker& worker;
+  std::vector<uint64_t> request_copy;
+  std::vector<uint64_t> reply_copy;
+};
+FuzzAuthNode& SharedFuzzAuthNode();
+
 // Feeds `input` to the shared node as one connection's byte stream, as the server does:
 // each whole frame is handled, a framing error gets the error frame and ends the stream, a
 // partial frame at the end is left unread. Appends the reply frames to `replies`. Aborts
 // with a message when a reply does not verify or does not answer its request op for op:
 // the node sending what clients must reject is a bug.
 void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies);
+
+// The same stream on a connection to the node that requires the secret: after a valid
+// handshake (`authenticate`), or without one. Unauthenticated, no input may open the
+// connection (it cannot make the proof) and every refusal closes it. Returns the frames
+// handled before the node closed the connection or the input ended.
+size_t FeedSession(std::span<const uint8_t> input, bool authenticate,
+                   std::vector<uint8_t>& replies);
 
 }  // namespace limiter::fuzz
 

@@ -301,6 +301,55 @@ TEST(ClientOptions, BadOptionsAreOneClearError) {
   o.members = {"nohost"};
   EXPECT_EQ(client::Client::Create(o, &error), nullptr);
   EXPECT_EQ(error, "member 'nohost' is not HOST:PORT with a port 1-65535");
+  o.members = {"127.0.0.1:7450"};
+  o.secret_file = "/nonexistent/secret";
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_NE(error.find("/nonexistent/secret"), std::string::npos) << error;
+  o.secret_file = testing::WriteTempFile("short_secret", "short\n");
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_NE(error.find("at least 16"), std::string::npos) << error;
+  o.secret_file.clear();
+  o.tls_ca_file = "/nonexistent/ca.pem";
+  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  EXPECT_NE(error.find("/nonexistent/ca.pem"), std::string::npos) << error;
+}
+
+// A gateway with the cluster secret is served by its node; one without it, or with another,
+// is refused at the hello and falls back by class (security: its strict local limit).
+TEST(ClientSecret, OnlyAGatewayWithTheSecretIsServed) {
+  const std::string policies = testing::WriteTempFile("secret_policies.yaml", kPolicies);
+  const std::string secret =
+      testing::WriteTempFile("client_secret", "gateway-secret-0123456789abcdef\n");
+  const std::string other =
+      testing::WriteTempFile("client_other_secret", "another-secret-0123456789abcdef\n");
+  RunningNode node = testing::StartNode(
+      {"--policies", policies, "--threads", "1", "--secret-file", secret});
+  ASSERT_FALSE(node.listen.empty());
+  auto make = [&](const std::string& secret_file) {
+    client::Options o;
+    o.members = {node.listen};
+    o.policy_file = policies;
+    o.deadline = std::chrono::milliseconds(200);
+    o.secret_file = secret_file;
+    std::string error;
+    auto c = client::Client::Create(o, &error);
+    EXPECT_NE(c, nullptr) << error;
+    return c;
+  };
+  auto with = make(secret);
+  for (int i = 0; i < 5; ++i) {
+    const Decision d = with->Decide({"login", "alice"});
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.source, Source::kStore);
+  }
+  EXPECT_FALSE(with->Decide({"login", "alice"}).allowed);  // the node's limit of 5
+
+  for (const std::string& file : {std::string(), other}) {
+    auto without = make(file);
+    const Decision d = without->Decide({"login", "bob"});
+    EXPECT_EQ(d.source, Source::kFallback) << (file.empty() ? "no secret" : "another secret");
+    EXPECT_GE(without->counters().store_errors, 1u);
+  }
 }
 
 }  // namespace

@@ -25,14 +25,14 @@ policies:
   - {name: hourly, algorithm: token_bucket, limit: 1000, window: 1h, burst: 1000, class: contract}
   - {name: tenant, algorithm: gcra, limit: 300, window: 1h, class: contract}
   - {name: api_key, algorithm: gcra, limit: 100, window: 1h, class: contract, parent: tenant}
-  - {name: ip, algorithm: fixed_window, limit: 5, window: 1h, class: security}
+  - {name: ip, algorithm: fixed_window, limit: 5, window: 1h, class: security, max_keys: 1000}
 )";
 
 class NodeIntegration : public ::testing::Test {
  protected:
   void SetUp() override {
     node_ = StartNode({"--policies", WriteTempFile("integration_policies.yaml", kPolicies),
-                       "--threads", "2", "--max-keys", "1000"});
+                       "--threads", "2", "--max-keys", "2000"});
     ASSERT_FALSE(node_.listen.empty());
   }
 
@@ -251,7 +251,7 @@ TEST_F(NodeIntegration, KeysBeyondTheBoundAreRefused) {
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ((*r)->ops()->Get(0)->status(), wire::Status::KeysExhausted);
   EXPECT_EQ((*r)->ops()->Get(0)->error()->str(),
-            "the node holds its maximum of 1000 keys; new keys are refused");
+            "policy 'ip' holds its maximum of 1000 keys on this node; new keys are refused");
   EXPECT_EQ((*r)->ops()->Get(1)->status(), wire::Status::Ok);
   EXPECT_EQ(Stat("keys"), 1000);
   EXPECT_EQ(Stat("refusals"), 1);

@@ -353,6 +353,59 @@ TEST(PropertiesOfPromises, SlidingLogNeverExceedsTheLimitInAnyWindow) {
   }
 }
 
+// A log holds at most min(L, W) entries (distinct milliseconds in one window, each at least
+// 1 of at most L): the bound the store counts a log's memory against. Peek answers as Decide
+// would, without changing (or copying) the log; the ring buffer keeps its order through
+// wrap-arounds, refunds from the middle and reallocations.
+TEST(PropertiesOfPromises, SlidingLogHoldsAtMostMinOfLAndWEntriesAndPeekIsDecide) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    const RandomCase c = MakeCase(rng);
+    const int64_t most = SlidingLog::MaxEntries(c.rate);
+    ASSERT_EQ(most, std::min(c.rate.limit(), c.rate.window_ms()));
+    SlidingLog::State s;
+    std::vector<SlidingLog::Entry> model;  // the same entries in a plain vector
+    for (const Request& r : c.requests) {
+      const Decision peeked = SlidingLog::Peek(c.rate, s, r.t, r.cost);
+      SlidingLog::State copy = s;
+      const Decision d = SlidingLog::Decide(c.rate, copy, r.t, r.cost);
+      ASSERT_EQ(peeked.allowed, d.allowed);
+      ASSERT_EQ(peeked.remaining, d.remaining);
+      ASSERT_EQ(peeked.retry_after_ms, d.retry_after_ms);
+      ASSERT_EQ(peeked.reset_after_ms, d.reset_after_ms);
+      s = std::move(copy);
+      const int64_t now = s.seen_ms;
+      while (!model.empty() && model.front().t_ms <= now - c.rate.window_ms()) {
+        model.erase(model.begin());
+      }
+      if (d.allowed) {
+        if (!model.empty() && model.back().t_ms == now) {
+          model.back().cost += r.cost;
+        } else {
+          model.push_back({now, r.cost});
+        }
+      }
+      if (!model.empty() && rng() % 8 == 0) {  // a refund from anywhere in the log
+        const size_t i = rng() % model.size();
+        const int64_t back = SlidingLog::Refund(c.rate, s, now, 1, model[i].t_ms);
+        ASSERT_EQ(back, 1);
+        if (--model[i].cost == 0) model.erase(model.begin() + static_cast<ptrdiff_t>(i));
+      }
+      ASSERT_LE(static_cast<int64_t>(s.entries.size()), most);
+      ASSERT_EQ(s.entries.size(), model.size());
+      int64_t total = 0;
+      for (size_t i = 0; i < model.size(); ++i) {
+        ASSERT_EQ(s.entries[i].t_ms, model[i].t_ms);
+        ASSERT_EQ(s.entries[i].cost, model[i].cost);
+        total += model[i].cost;
+      }
+      ASSERT_EQ(s.total, total);
+    }
+  }
+}
+
 TEST(PropertiesOfPromises, TokenBucketNeverExceedsBurstPlusRateTimesTime) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));

@@ -79,6 +79,8 @@ TEST(PolicyFile, LoadsTheBundledExampleWithEveryClassAndSetting) {
   ASSERT_NE(key, nullptr);
   EXPECT_EQ(key->lease.size, 10);
   EXPECT_EQ(key->lease.ttl_ms, 1000);
+  EXPECT_EQ(login->max_keys, 1'000'000);
+  EXPECT_EQ(key->max_keys, 0);
 }
 
 TEST(PolicyFile, UnknownFieldNamesFileLineAndField) {
@@ -90,7 +92,25 @@ TEST(PolicyFile, UnknownFieldNamesFileLineAndField) {
                     "    brust: 20\n"),
             "policies.yaml:6:5: policy 'tenant', field 'brust': unknown field (known: name, "
             "algorithm, limit, window, burst, class, parent, costs, mode, lease, fallback, "
-            "durable, scope)");
+            "durable, scope, max_keys)");
+}
+
+TEST(PolicyFile, MaxKeysIsAPositiveCountOfKeyUnits) {
+  Result<PolicySet> r = Parse(
+      "policies:\n"
+      "  - {name: a, limit: 1, window: 1s, class: contract, max_keys: 5000}\n"
+      "  - {name: b, limit: 1, window: 1s, class: contract}\n");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->policies()[0].max_keys, 5000);
+  EXPECT_EQ(r->policies()[1].max_keys, 0);  // none: a share of the node's
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: contract, "
+                    "max_keys: 0}\n"),
+            "policies.yaml:2:64: policy 'a', field 'max_keys': must be a positive integer, "
+            "got 0");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 1, window: 1s, class: contract, "
+                    "max_keys: many}\n"),
+            "policies.yaml:2:64: policy 'a', field 'max_keys': expected a positive integer, "
+            "got 'many'");
 }
 
 TEST(PolicyFile, WrongTypeNamesTheValue) {

@@ -100,6 +100,15 @@ struct Options {
   // N, the number of gateways: a contract limit falls back to L/N on each.
   int gateways = 1;
   std::string name = "gateway";
+  // The cluster secret, when the nodes require one: read from `secret_file`, else from
+  // $LIMITER_SECRET_FILE, else $LIMITER_SECRET (the first line of a file is the one used).
+  // Never pass it on a command line. Empty everywhere: no secret.
+  std::string secret_file;
+  // TLS to the nodes: on when tls_ca_file (the CA that signed the nodes) is given; with
+  // tls_cert_file and tls_key_file, this gateway's certificate for nodes that require one.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // What the client has done, for a gateway to publish as metrics.

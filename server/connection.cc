@@ -1,0 +1,267 @@
+#include "server/connection.h"
+
+#include <algorithm>
+#include <asio.hpp>
+#include <vector>
+
+#include "common/read_buffer.h"
+
+namespace limiter {
+namespace {
+
+using asio::ip::tcp;
+using Time = std::chrono::steady_clock::time_point;
+
+// Bounds on one read's space. The low one is what a peer that sent a single byte costs; the
+// high one is what a burst may grow the buffer to before its frames are handed on.
+constexpr size_t kMinReadBytes = 512;
+constexpr size_t kMaxReadBytes = 64 * 1024;
+// A reply buffer larger than this after a write was a burst's: it is given back at once.
+constexpr size_t kKeepOutputBytes = 64 * 1024;
+
+// With nothing unread, a ReadBuffer's free space is all the memory it holds.
+size_t EmptyBufferBytes(ReadBuffer& buffer) { return buffer.Space(0).size(); }
+
+template <typename T>
+void FreeVector(std::vector<T>& v) {
+  std::vector<T>().swap(v);
+}
+
+}  // namespace
+
+// One client connection. Owned by the handlers in flight for it (each holds a shared_ptr):
+// at any time one read or wait, and at most one write, so it ends when its socket closes
+// and the last of them has run.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, ConnectionSet& set)
+      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {}
+
+  ~Connection() {
+    Node::CountersOf(set_.worker_).connections_closed.Add();
+    set_.connections_.erase(registry_it_);
+    set_.open_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void Start() {
+    registry_it_ = set_.connections_.insert(set_.connections_.end(), weak_from_this());
+    Node::CountersOf(set_.worker_).connections_opened.Add();
+    asio::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    // Reads that follow a readiness wait must not block the worker (see Read).
+    socket_.non_blocking(true, ignored);
+    last_read_ = std::chrono::steady_clock::now();
+    Read();
+  }
+
+  void Close() {
+    asio::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  // The reaper's visit: the deadlines, then idle memory.
+  void Tick(Time now) {
+    if (!socket_.is_open()) return;  // closed already; its last handlers are yet to run
+    if (in_.size() > 0 && !closing_ && now - frame_started_ >= set_.frame_timeout_) {
+      set_.frame_timeouts_.Add();
+      Close();
+    } else if (now - last_read_ >= set_.idle_timeout_) {
+      set_.idle_timeouts_.Add();
+      Close();
+    } else if (now - last_read_ >= set_.reap_interval_) {
+      FreeIdleMemory();
+    }
+  }
+
+ private:
+  // Three ways to read, by what the connection holds:
+  //   - part of a frame: read straight into the buffer, whose space grows with what has
+  //     arrived (doubling), never with the length the header declares;
+  //   - an empty buffer kept from recent frames: read straight into it, as a busy connection
+  //     does between frames (no wait, no sizing: the hot path);
+  //   - no buffer (new, or idle and given back): wait until the peer sends, then make one the
+  //     size of what it sent. Idle and half-open connections cost no read buffer.
+  void Read() {
+    if (reading_ || closing_) return;
+    if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
+    reading_ = true;
+    if (in_.size() > 0 || EmptyBufferBytes(in_) > 0) {
+      const std::span<uint8_t> space =
+          in_.Space(std::clamp(in_.size(), kMinReadBytes, kMaxReadBytes));
+      socket_.async_read_some(asio::buffer(space.data(), space.size()),
+                              [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+                                self->OnRead(ec, n);
+                              });
+      return;
+    }
+    socket_.async_wait(tcp::socket::wait_read,
+                       [self = shared_from_this()](const asio::error_code& ec) {
+                         if (ec) {
+                           self->OnRead(ec, 0);
+                         } else {
+                           self->ReadAvailable();
+                         }
+                       });
+  }
+
+  void ReadAvailable() {
+    asio::error_code ec;
+    const size_t available = socket_.available(ec);
+    const std::span<uint8_t> space = in_.Space(std::clamp(available, kMinReadBytes, kMaxReadBytes));
+    const size_t n = socket_.read_some(asio::buffer(space.data(), space.size()), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      reading_ = false;  // readiness without data: wait again
+      Read();
+      return;
+    }
+    OnRead(ec, n);
+  }
+
+  void OnRead(const asio::error_code& ec, size_t n) {
+    reading_ = false;
+    if (releasing_) {
+      // FreeIdleMemory cancelled this read to take its buffer; wait without one instead.
+      releasing_ = false;
+      if (ec == asio::error::operation_aborted && socket_.is_open()) {
+        in_ = ReadBuffer();
+        Read();
+        return;
+      }
+    }
+    if (ec) {
+      if (ec != asio::error::operation_aborted && in_.size() > 0) {
+        CountBad(BadFrame::kTruncated);  // the peer left mid-frame
+      }
+      Close();
+      return;
+    }
+    const Time now = std::chrono::steady_clock::now();
+    if (in_.size() == 0) frame_started_ = now;
+    in_.Commit(n);
+    last_read_ = now;
+    Process(now);
+  }
+
+  void Process(Time now) {
+    bool handled = false;
+    while (!closing_) {
+      const uint32_t max_frame = set_.node_.FrameLimit(session_);
+      const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
+      if (frame.status == FrameStatus::kNeedMore) break;
+      if (frame.status != FrameStatus::kFrame) {
+        // Framing is lost: say why, then close this connection only.
+        CountBad(frame.status == FrameStatus::kEmpty ? BadFrame::kEmpty : BadFrame::kTooLarge);
+        set_.node_.ErrorFrame(set_.worker_, DescribeFrameError(frame, max_frame), pending_);
+        closing_ = true;
+        break;
+      }
+      if (set_.node_.HandleFrame(set_.worker_, session_, frame.body, pending_) ==
+          Node::AfterFrame::kClose) {
+        closing_ = true;
+      }
+      in_.Consume(frame.consumed);
+      handled = true;
+    }
+    if (handled) frame_started_ = now;  // what is left began in this read
+    // A buffer grown for a large frame leaves with it.
+    if (in_.size() == 0 && EmptyBufferBytes(in_) > kMaxReadBytes) in_ = ReadBuffer();
+    Write();
+    Read();
+  }
+
+  void Write() {
+    if (writing_ || pending_.empty()) {
+      if (!writing_ && closing_) Close();
+      return;
+    }
+    writing_ = true;
+    out_.swap(pending_);
+    pending_.clear();
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                        self->writing_ = false;
+                        self->out_.clear();
+                        if (self->out_.capacity() > kKeepOutputBytes) FreeVector(self->out_);
+                        if (ec) {
+                          self->Close();
+                          return;
+                        }
+                        self->Write();
+                        self->Read();
+                      });
+  }
+
+  // Gives back the buffers of a connection that has gone quiet; they are made again as data
+  // comes. A read in flight into the empty read buffer is cancelled for it, when it is the
+  // connection's only operation (a socket's cancel would stop a write too).
+  void FreeIdleMemory() {
+    if (pending_.empty()) FreeVector(pending_);
+    if (writing_) return;
+    FreeVector(out_);
+    if (in_.size() > 0 || EmptyBufferBytes(in_) == 0 || releasing_) return;
+    if (!reading_) {
+      in_ = ReadBuffer();  // paused, or about to read: nothing points into it
+      return;
+    }
+    releasing_ = true;
+    asio::error_code ignored;
+    socket_.cancel(ignored);
+  }
+
+  void CountBad(BadFrame kind) {
+    Node::CountersOf(set_.worker_).bad_frames[static_cast<size_t>(kind)].Add();
+  }
+
+  tcp::socket socket_;
+  ConnectionSet& set_;
+  std::list<std::weak_ptr<Connection>>::iterator registry_it_;
+  Node::Session session_;
+  ReadBuffer in_;
+  std::vector<uint8_t> pending_;  // replies not yet handed to the socket
+  std::vector<uint8_t> out_;      // the write in flight
+  Time last_read_;                // the idle timeout runs from here
+  Time frame_started_;            // when the unread bytes in in_ began to arrive
+  bool reading_ = false;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool releasing_ = false;  // the read in flight was cancelled to free its buffer
+};
+
+ConnectionSet::ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
+                             std::atomic<int64_t>& open)
+    : node_(node),
+      worker_(worker),
+      options_(options),
+      open_(open),
+      idle_timeout_(options.idle_timeout_ms),
+      frame_timeout_(options.frame_timeout_ms),
+      reap_interval_(ReapInterval(options)) {}
+
+void ConnectionSet::Add(tcp::socket socket) {
+  std::make_shared<Connection>(std::move(socket), *this)->Start();
+}
+
+void ConnectionSet::Reap(Time now) {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    std::shared_ptr<Connection> c = it->lock();
+    ++it;  // before c goes: its end erases the entry `it` was on
+    if (c) c->Tick(now);
+  }
+}
+
+void ConnectionSet::CloseAll() {
+  // Copy first: a connection that ends removes itself from the list.
+  std::vector<std::shared_ptr<Connection>> open;
+  for (auto& weak : connections_) {
+    if (auto c = weak.lock()) open.push_back(std::move(c));
+  }
+  for (auto& c : open) c->Close();
+}
+
+std::chrono::milliseconds ReapInterval(const ServerOptions& options) {
+  const int64_t shorter = std::min(options.idle_timeout_ms, options.frame_timeout_ms);
+  return std::chrono::milliseconds(std::clamp<int64_t>(shorter / 4, 50, 1000));
+}
+
+}  // namespace limiter

@@ -1,0 +1,47 @@
+#include "server/secret_watcher.h"
+
+#include <cstdio>
+
+#include "server/node.h"
+
+namespace limiter {
+
+SecretWatcher::SecretWatcher(Node& node, std::string path, auth::Secrets loaded,
+                             std::chrono::milliseconds interval)
+    : node_(node), path_(std::move(path)), interval_(interval), current_(std::move(loaded)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+SecretWatcher::~SecretWatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void SecretWatcher::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    lock.unlock();
+    Result<auth::Secrets> read = auth::LoadSecretFile(path_);
+    if (!read) {
+      if (read.error() != last_error_) {
+        std::fprintf(stderr, "limiterd: %s (keeping the last secret)\n", read.error().c_str());
+        last_error_ = read.error();
+      }
+    } else {
+      last_error_.clear();
+      if (!(*read == current_)) {
+        current_ = std::move(read).value();
+        node_.SetSecrets(current_);
+        std::fprintf(stderr, "limiterd: cluster secret reloaded from %s (%zu accepted)\n",
+                     path_.c_str(), current_.values.size());
+      }
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace limiter

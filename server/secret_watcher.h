@@ -1,0 +1,43 @@
+// SecretWatcher: re-reads the cluster secret's file every few seconds and hands a changed
+// one to the node, so that the secret rotates without a restart (a Kubernetes Secret mounted
+// as a file changes in place). A file that has become unreadable or invalid keeps the last
+// good secret, with one message on stderr per change of error.
+//
+// Thread-safety: its own thread; the destructor stops it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/auth.h"
+
+namespace limiter {
+
+class Node;
+
+class SecretWatcher {
+ public:
+  SecretWatcher(Node& node, std::string path, auth::Secrets loaded,
+                std::chrono::milliseconds interval);
+  ~SecretWatcher();
+  SecretWatcher(const SecretWatcher&) = delete;
+  SecretWatcher& operator=(const SecretWatcher&) = delete;
+
+ private:
+  void Run();
+
+  Node& node_;
+  const std::string path_;
+  const std::chrono::milliseconds interval_;
+  auth::Secrets current_;  // only on the watcher's thread
+  std::string last_error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace limiter
