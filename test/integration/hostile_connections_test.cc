@@ -254,28 +254,10 @@ TEST(HostileConnections, TenThousandIdleOrHalfOpenConnectionsCostUnder64MiB) {
   EXPECT_EQ(Metric(node.admin, "limiter_frame_timeouts_total"), 0);
 }
 
-// Started under prlimit, so as limiterd itself but with its descriptors capped; the address
-// comes from its first line as in testing::Launch.
+// limiterd with its descriptors capped.
 RunningNode LaunchWithDescriptors(int limit, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {
-      "prlimit", "--nofile=" + std::to_string(limit) + ":" + std::to_string(limit), LIMITERD_BIN};
-  argv.insert(argv.end(), args.begin(), args.end());
-  RunningNode node;
-  Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
-  EXPECT_TRUE(p.ok()) << p.error();
-  if (!p.ok()) return node;
-  node.process = std::move(p).value();
-  Result<std::string> line = node.process->ReadLine(20'000);
-  EXPECT_TRUE(line.ok()) << line.error();
-  if (!line.ok()) return node;
-  std::istringstream words(*line);
-  std::string w, prev;
-  while (words >> w) {
-    if (prev == "on") node.listen = w;
-    if (prev == "admin") node.admin = w;
-    prev = w;
-  }
-  return node;
+  const std::string n = std::to_string(limit);
+  return testing::Launch(args, {"prlimit", "--nofile=" + n + ":" + n});
 }
 
 TEST(HostileConnections, OutOfDescriptorsTheNodeBacksOffAndRecovers) {

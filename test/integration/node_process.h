@@ -29,10 +29,12 @@ inline std::string WriteTempFile(const std::string& name, const std::string& tex
   return path;
 }
 
-// Starts limiterd with exactly `args` (after the binary); fails the test if it does not come
-// up. The addresses come from the line it prints when it is ready.
-inline RunningNode Launch(std::vector<std::string> args) {
+// Starts limiterd with exactly `args` (after the binary), under `wrapper` (a command such as
+// prlimit) when given; fails the test if it does not come up. The addresses come from the
+// line it prints when it is ready.
+inline RunningNode Launch(std::vector<std::string> args, std::vector<std::string> wrapper = {}) {
   args.insert(args.begin(), LIMITERD_BIN);
+  args.insert(args.begin(), wrapper.begin(), wrapper.end());
   RunningNode node;
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(args);
   EXPECT_TRUE(p.ok()) << p.error();
