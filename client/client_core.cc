@@ -142,10 +142,40 @@ void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
   op.split_epoch = sub.epoch;
   op.split_token = sub.token;
   op.split_token_bytes = sub.token_bytes;
-  Call(owner, std::move(op), options_.deadline_us,
-       [this, id, wanted, attempt, sub](CallResult result) {
-         OnLease(id, wanted, attempt, sub, std::move(result));
-       });
+  Call(
+      owner, std::move(op), options_.deadline_us,
+      [this, id, wanted, attempt, sub](CallResult result) {
+        OnLease(id, wanted, attempt, sub, std::move(result));
+      },
+      [this, id, ask = *ask, sub](CallResult result) { OnLateLease(id, ask, sub, result); });
+}
+
+namespace {
+
+LeaseBuckets::Grant GrantOf(const OpAnswer& a, int64_t wanted, const SubBucket& sub,
+                            const PolicySet& policies) {
+  LeaseBuckets::Grant g;
+  g.granted = a.granted;
+  g.wanted = wanted;
+  g.granted_at_ms = a.granted_at_ms;
+  g.lease_ttl_ms = a.lease_ttl_ms;
+  g.lease_id = a.lease_id;
+  g.suggested_lease = a.suggested_lease;
+  g.store_remaining = a.results.empty() ? 0 : a.results.front().remaining;
+  g.retry_after_ms = a.retry_after_ms;
+  g.denied_by = a.denied_policy.empty() ? nullptr : policies.Find(a.denied_policy);
+  g.sub = sub;
+  return g;
+}
+
+}  // namespace
+
+void ClientCore::OnLateLease(const KeyId& id, const LeaseBuckets::Ask& ask, SubBucket sub,
+                             const CallResult& result) {
+  if (result.status != CallStatus::kOk || result.answer.status != OpAnswer::Status::kOk) return;
+  Settle(id, buckets_.OnLateGrant(id, ask,
+                                  GrantOf(result.answer, ask.units, sub, policies_),
+                                  scheduler_.NowUs()));
 }
 
 void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub,
@@ -181,20 +211,8 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket
   }
   if (!answered) return Settle(id, buckets_.OnFailed(id));
   switch (a.status) {
-    case OpAnswer::Status::kOk: {
-      LeaseBuckets::Grant g;
-      g.granted = a.granted;
-      g.wanted = wanted;
-      g.granted_at_ms = a.granted_at_ms;
-      g.lease_ttl_ms = a.lease_ttl_ms;
-      g.lease_id = a.lease_id;
-      g.suggested_lease = a.suggested_lease;
-      g.store_remaining = a.results.empty() ? 0 : a.results.front().remaining;
-      g.retry_after_ms = a.retry_after_ms;
-      g.denied_by = a.denied_policy.empty() ? nullptr : policies_.Find(a.denied_policy);
-      g.sub = sub;
-      return Settle(id, buckets_.OnGrant(id, g, now_us));
-    }
+    case OpAnswer::Status::kOk:
+      return Settle(id, buckets_.OnGrant(id, GrantOf(a, wanted, sub, policies_), now_us));
     case OpAnswer::Status::kSplit:  // split, but between views: its owner reopens it soon
       return Settle(id, buckets_.OnRefused(id, "", a.retry_after_ms, now_us));
     case OpAnswer::Status::kBadRequest:  // this client and the node disagree: say so
@@ -362,15 +380,17 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
 // ----- calls and health -----
 
 void ClientCore::Call(const std::string& address, OpSpec op, int64_t timeout_us,
-                      Transport::Callback done) {
+                      Transport::Callback done, Transport::Callback late) {
   ClientCounters::Add(counters_.store_calls);
   struct State {
     bool finished = false;
     uint64_t timer = 0;
     Transport::Callback done;
+    Transport::Callback late;
   };
   auto state = std::make_shared<State>();
   state->done = std::move(done);
+  state->late = std::move(late);
   const bool counts = timeout_us >= options_.deadline_us;
   state->timer = scheduler_.After(timeout_us, [this, state, address, counts] {
     if (state->finished) return;
@@ -381,7 +401,10 @@ void ClientCore::Call(const std::string& address, OpSpec op, int64_t timeout_us,
     state->done(CallResult{CallStatus::kDeadline, "no answer within the deadline", {}});
   });
   transport_.Send(address, std::move(op), [this, state, address](CallResult result) {
-    if (state->finished) return;  // too late: the deadline has answered
+    if (state->finished) {  // too late: the deadline has answered
+      if (state->late) state->late(std::move(result));
+      return;
+    }
     state->finished = true;
     scheduler_.Cancel(state->timer);
     if (result.status == CallStatus::kConnection) {

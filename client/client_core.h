@@ -96,6 +96,9 @@ class ClientCore {
   // the owner a WrongOwner reply named).
   void StartLease(const KeyId& id, int attempt = 0, Target via = {});
   void OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub, CallResult result);
+  // A lease answered after its deadline: its units are kept, not lost (LeaseBuckets).
+  void OnLateLease(const KeyId& id, const LeaseBuckets::Ask& ask, SubBucket sub,
+                   const CallResult& result);
   // Runs what a bucket handed back: answers, fallbacks, another lease, its timer.
   void Settle(const KeyId& id, LeaseBuckets::Settled s);
   void ArmWaiterTimer(const KeyId& id, int64_t at_us);
@@ -119,8 +122,10 @@ class ClientCore {
   void RenewSplit(const KeyId& split_id);
 
   // Sends op with a deadline; `done` runs once on the scheduler's thread. A miss counts
-  // against the node's health only when the call had the whole deadline.
-  void Call(const std::string& address, OpSpec op, int64_t timeout_us, Transport::Callback done);
+  // against the node's health only when the call had the whole deadline. `late`, when set,
+  // gets the answer that comes after the deadline has answered `done` (a lease's units).
+  void Call(const std::string& address, OpSpec op, int64_t timeout_us, Transport::Callback done,
+            Transport::Callback late = nullptr);
   void StartProbing(const std::string& address);
   void Probe(const std::string& address);
   // Pays billing debts owed to a node that is back, a few calls at a time.

@@ -17,6 +17,7 @@ void ClientCounters::CopyTo(client::Counters& c) const {
   c.units_leased = get(units_leased);
   c.units_returned = get(units_returned);
   c.units_expired = get(units_expired);
+  c.late_grants_kept = get(late_grants_kept);
   c.split_redirects = get(split_redirects);
 }
 

@@ -16,6 +16,7 @@ struct ClientCounters {
   std::array<std::atomic<uint64_t>, 4> fallback_by_class{};
   std::atomic<uint64_t> store_calls{0}, store_errors{0}, deadline_misses{0}, wrong_owner{0};
   std::atomic<uint64_t> leases{0}, units_leased{0}, units_expired{0}, units_returned{0};
+  std::atomic<uint64_t> late_grants_kept{0};
   std::atomic<uint64_t> split_redirects{0}, rings_adopted{0};
 
   // One decision handed to a caller.

@@ -347,6 +347,31 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
   });
 }
 
+LeaseBuckets::Settled LeaseBuckets::OnLateGrant(const KeyId& id, const Ask& ask,
+                                                const Grant& g, int64_t now_us) {
+  Settled s;
+  if (g.granted <= 0) return s;
+  Shard& shard = ShardOf(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto [it, made] = shard.buckets.try_emplace(id);
+  Bucket& b = it->second;
+  if (made) {
+    b.policy = ask.policy;
+    b.key = ask.key;
+    b.tenant = ask.tenant;
+    b.lease_size = policies_.policies()[static_cast<size_t>(ask.policy)].LeaseSize();
+  }
+  b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
+                       g.granted, g.sub});
+  b.units += g.granted;
+  ClientCounters::Add(counters_.leases);
+  ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
+  ClientCounters::Add(counters_.late_grants_kept);
+  b.Expire(now_us, &shard.expired);
+  ServeWaiters(b, /*owner_short=*/false, now_us, s);
+  return s;
+}
+
 LeaseBuckets::Settled LeaseBuckets::OnRefused(const KeyId& id, const std::string& error,
                                               int64_t retry_after_ms, int64_t now_us) {
   return Settle(id, [&](Shard&, Bucket& b, Settled& s) {

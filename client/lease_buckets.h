@@ -107,6 +107,12 @@ class LeaseBuckets {
     int64_t timer_at_us = 0;
   };
   Settled OnGrant(const KeyId& id, const Grant& g, int64_t now_us);
+  // A grant that came after its lease's deadline had already failed the requests waiting on
+  // it. The owner charged those units, so they go into the bucket (made again if it was
+  // dropped meanwhile, from `ask`) rather than being lost until the lease lapses: otherwise
+  // a slow moment would deny later requests while the key still holds units. Requests
+  // waiting now that the units can pay are answered; any lease in flight is left alone.
+  Settled OnLateGrant(const KeyId& id, const Ask& ask, const Grant& g, int64_t now_us);
   // The owner answered but refused: waiting requests are denied with `error` (empty: an
   // ordinary denial, say between two views of a split key), and asked to retry later.
   Settled OnRefused(const KeyId& id, const std::string& error, int64_t retry_after_ms,

@@ -24,6 +24,10 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
     err << "limiterctl check: --rate must be positive\n";
     return 2;
   }
+  if (!(args.deadline_ms >= 0.001 && args.deadline_ms <= 60'000)) {
+    err << "limiterctl check: --deadline-ms must be between 0.001 and 60000\n";
+    return 2;
+  }
   Result<std::vector<std::string>> members = ParseMemberList(args.cluster);
   if (!members) {
     err << "limiterctl check: --cluster: " << members.error() << '\n';
@@ -33,6 +37,7 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
   options.members = std::move(members).value();
   options.policy_file = args.policy_file;
   options.gateways = args.gateways;
+  options.deadline = std::chrono::microseconds(static_cast<int64_t>(args.deadline_ms * 1000));
   options.name = "limiterctl";
   options.secret_file = args.secret_file;
   options.tls_ca_file = args.tls.ca_file;

@@ -28,6 +28,7 @@ struct CheckArgs {
   std::string policy_file;  // with --cluster: the policy file the nodes load
   double rate = 0;          // with --cluster: decisions per second in all (0: as fast as it can)
   int gateways = 1;         // with --cluster: N for contract fallback
+  double deadline_ms = 2;   // with --cluster: the decision deadline (client::Options::deadline)
   std::string policy;
   std::string key;
   std::string tenant;

@@ -48,6 +48,8 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   check_cmd->add_option("--rate", check.rate, "With --cluster: decisions per second in all");
   check_cmd->add_option("--gateways", check.gateways,
                         "With --cluster: gateway count N (contract fallback at L/N)");
+  check_cmd->add_option("--deadline-ms", check.deadline_ms,
+                        "With --cluster: how long a decision may wait for its node (default 2)");
   check_cmd->add_option("--policy", check.policy, "Policy name")->required();
   check_cmd->add_option("--key", check.key, "Key")->required();
   check_cmd->add_option("--tenant", check.tenant, "Tenant (for policies with a parent)");

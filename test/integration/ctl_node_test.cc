@@ -104,13 +104,19 @@ TEST_F(CtlNode, CheckThroughTheClientLibrary) {
   EXPECT_EQ(j["errors"], 0);
   EXPECT_EQ(j["by_source"]["store"], 10);  // a security limit: one CHECK per request
 
+  // Leases of 10 from two threads: every one of the 50 units is admitted, none twice. The
+  // deadline is long so that a loaded machine cannot turn a slow lease into a fallback.
   o = Ctl({"check", "--cluster", node_.listen, "--policy-file", policies_, "--policy", "api",
-           "--key", "k", "-n", "100", "--concurrency", "2", "--json"});
+           "--key", "k", "-n", "100", "--concurrency", "2", "--deadline-ms", "5000", "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
   j = nlohmann::json::parse(o.out);
-  EXPECT_LE(j["allowed"], 50);
-  EXPECT_GE(j["allowed"], 40);
+  EXPECT_EQ(j["allowed"], 50) << o.out;
+  EXPECT_EQ(j["by_source"]["fallback"], 0) << o.out;
   EXPECT_GT(j["by_source"]["lease"], 0);
+  o = Ctl({"check", "--cluster", node_.listen, "--policy-file", policies_, "--policy", "api",
+           "--key", "k", "--deadline-ms", "0"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "limiterctl check: --deadline-ms must be between 0.001 and 60000\n");
 
   o = Ctl({"check", "--cluster", node_.listen, "--policy", "api", "--key", "k"});
   EXPECT_EQ(o.status, 2);

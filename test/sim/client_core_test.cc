@@ -361,6 +361,38 @@ TEST(ClientCore, ReturnedUnitsGoBackToTheOwner) {
   EXPECT_EQ(h.Admitted({"hourly", "r"}, 200), 97);
 }
 
+TEST(ClientCore, ALeaseAnsweredAfterItsDeadlineKeepsItsUnits) {
+  // The owner is slower than the deadline (3 ms round trip against 2 ms) for one request:
+  // it falls back by class, but the owner charged the lease's 10 units. They are kept for
+  // the requests that come next, so the key still admits all 100 of its units through the
+  // store (the fallback's answer was never charged there).
+  Harness h;
+  h.sim_node().latency_us = 1500;
+  const Decision first = h.Decide({"hourly", "late"});
+  EXPECT_EQ(first.source, Source::kFallback);
+  h.sched().RunFor(10'000);  // the late answer arrives
+  EXPECT_EQ(h.client().counters().late_grants_kept, 1u);
+  EXPECT_EQ(h.client().HeldUnits(), 10);
+  h.sim_node().latency_us = 100;
+  EXPECT_EQ(h.Admitted({"hourly", "late"}, 200), 100);
+}
+
+TEST(ClientCore, ALateLeaseOfADroppedBucketStillKeepsItsUnits) {
+  // Between the deadline and the late answer, 20,000 other keys come and go: the bucket that
+  // asked is idle and dropped by the sweep. The late units make it again.
+  Harness h;
+  h.sim_node().latency_us = 1500;
+  h.Decide({"hourly", "gone"});
+  h.sim_node().latency_us = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    h.client().DecideAsync({"hourly", "other-" + std::to_string(i)}, [](Decision) {});
+  }
+  h.sched().RunFor(10'000);
+  EXPECT_EQ(h.client().counters().late_grants_kept, 1u);
+  h.sim_node().latency_us = 100;
+  EXPECT_EQ(h.Admitted({"hourly", "gone"}, 200), 100);
+}
+
 TEST(ClientCore, AStaleMemberListIsCorrectedByWrongOwner) {
   // The nodes know two members (a newer list); this client was started with only the first.
   Harness h(2, {}, std::vector<std::string>{"n0:1"}, /*node_generation=*/1);

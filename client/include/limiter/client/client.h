@@ -127,6 +127,9 @@ struct Counters {
   uint64_t units_leased = 0;
   uint64_t units_expired = 0;
   uint64_t units_returned = 0;
+  // Leases answered after their deadline (the requests had fallen back): their units were
+  // charged at the owner, so they were kept for the requests that came next.
+  uint64_t late_grants_kept = 0;
   uint64_t nodes_down = 0;             // nodes marked down right now
   uint64_t rings_adopted = 0;          // newer member lists adopted (from nodes or DNS)
   // Memory: local buckets and fallback limiters held now. Idle ones are dropped as new keys
