@@ -18,7 +18,13 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
     const auto fields = r.Fields(root, "",
                                  {"name", "listen", "admin", "policies", "threads", "max_keys",
                                   "idle_timeout", "frame_timeout", "max_connections", "max_frame",
-                                  "members", "generation", "members_dns", "self", "hot_keys"});
+                                  "members", "generation", "members_dns", "self", "hot_keys",
+                                  "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
+                                  "max_reply_bytes", "tls"});
+    // Paths in the file are relative to it.
+    auto file_path = [&](const std::filesystem::path& p) {
+      return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+    };
     for (const auto& [name, f] : fields) {
       if (name == "name") {
         c.node.name = r.Scalar(f, name);
@@ -31,9 +37,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           r.Fail(f.value, name, "expected HOST:PORT, or \"\" for none");
         }
       } else if (name == "policies") {
-        const std::filesystem::path p = r.Scalar(f, name);
-        c.policies_path =
-            p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+        c.policies_path = file_path(r.Scalar(f, name));
       } else if (name == "threads") {
         const int64_t n = r.PositiveInt(f, name);
         if (n > 256) r.Fail(f.value, name, "at most 256");
@@ -63,9 +67,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
       } else if (name == "self") {
         c.node.self = r.Scalar(f, name);
       } else if (name == "secret_file") {
-        const std::filesystem::path p = r.Scalar(f, name);
-        c.secret_file =
-            p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+        c.secret_file = file_path(r.Scalar(f, name));
       } else if (name == "secret_reload") {
         c.secret_reload_ms = r.DurationMs(f, name);
       } else if (name == "insecure") {
@@ -119,6 +121,16 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
             if (n > 65536) r.Fail(g.value, path, "at most 65536");
             hot.sketch_capacity = static_cast<size_t>(n);
           }
+        }
+      } else if (name == "tls") {
+        for (const auto& [field, g] : r.Fields(f.value, name, {"cert", "key", "client_ca"})) {
+          const std::string file = file_path(r.Scalar(g, "tls." + field));
+          if (field == "cert") c.server.tls.cert_file = file;
+          if (field == "key") c.server.tls.key_file = file;
+          if (field == "client_ca") c.server.tls.ca_file = file;
+        }
+        if (c.server.tls.cert_file.empty() || c.server.tls.key_file.empty()) {
+          r.Fail(f.value, name, "needs both cert and key");
         }
       } else if (name == "max_frame") {
         const int64_t n = r.PositiveInt(f, name);

@@ -22,6 +22,10 @@
 //   insecure: false              # true: serve beyond loopback without a secret
 //   max_ops_per_frame: 8192      # more in one frame: refused, connection closed
 //   max_reply_bytes: 8388608     # a reply growing past this: refused, connection closed
+//   tls:                         # TLS on the data port (files relative to this file)
+//     cert: node.pem             # this node's certificate chain
+//     key: node.key              # and its key
+//     client_ca: ca.pem          # optional: clients must present a certificate it signed
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)

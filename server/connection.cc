@@ -1,8 +1,10 @@
 #include "server/connection.h"
 
 #include <algorithm>
-#include <asio.hpp>
 #include <vector>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
 
 #include "common/read_buffer.h"
 
@@ -35,7 +37,9 @@ void FreeVector(std::vector<T>& v) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, ConnectionSet& set)
-      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {}
+      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {
+    if (set.tls_ != nullptr) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *set.tls_);
+  }
 
   ~Connection() {
     Node::CountersOf(set_.worker_).connections_closed.Add();
@@ -51,7 +55,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Reads that follow a readiness wait must not block the worker (see Read).
     socket_.non_blocking(true, ignored);
     last_read_ = std::chrono::steady_clock::now();
-    Read();
+    if (!tls_) {
+      Read();
+      return;
+    }
+    handshaking_ = true;  // a frame of its own: it must finish within frame_timeout
+    frame_started_ = last_read_;
+    tls_->async_handshake(asio::ssl::stream_base::server,
+                          [self = shared_from_this()](const asio::error_code& ec) {
+                            self->handshaking_ = false;
+                            if (ec) {
+                              // Not a TLS client, no certificate or one the CA did not
+                              // sign, a timeout (closed by Tick): nothing to answer.
+                              self->set_.tls_handshake_failures_.Add();
+                              self->Close();
+                              return;
+                            }
+                            self->last_read_ = std::chrono::steady_clock::now();
+                            self->Read();
+                          });
   }
 
   void Close() {
@@ -63,7 +85,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The reaper's visit: the deadlines, then idle memory.
   void Tick(Time now) {
     if (!socket_.is_open()) return;  // closed already; its last handlers are yet to run
-    if (in_.size() > 0 && !closing_ && now - frame_started_ >= set_.frame_timeout_) {
+    if ((in_.size() > 0 || handshaking_) && !closing_ &&
+        now - frame_started_ >= set_.frame_timeout_) {
       set_.frame_timeouts_.Add();
       Close();
     } else if (now - last_read_ >= set_.idle_timeout_) {
@@ -82,17 +105,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   //     does between frames (no wait, no sizing: the hot path);
   //   - no buffer (new, or idle and given back): wait until the peer sends, then make one the
   //     size of what it sent. Idle and half-open connections cost no read buffer.
+  //   - TLS: always a read into the buffer (a readiness wait says nothing about whether a
+  //     whole record, and so any data, has come).
   void Read() {
     if (reading_ || closing_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
     reading_ = true;
-    if (in_.size() > 0 || EmptyBufferBytes(in_) > 0) {
+    if (in_.size() > 0 || EmptyBufferBytes(in_) > 0 || tls_) {
       const std::span<uint8_t> space =
           in_.Space(std::clamp(in_.size(), kMinReadBytes, kMaxReadBytes));
-      socket_.async_read_some(asio::buffer(space.data(), space.size()),
-                              [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-                                self->OnRead(ec, n);
-                              });
+      auto on_read = [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+        self->OnRead(ec, n);
+      };
+      if (tls_) {
+        tls_->async_read_some(asio::buffer(space.data(), space.size()), std::move(on_read));
+      } else {
+        socket_.async_read_some(asio::buffer(space.data(), space.size()), std::move(on_read));
+      }
       return;
     }
     socket_.async_wait(tcp::socket::wait_read,
@@ -178,18 +207,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     writing_ = true;
     out_.swap(pending_);
     pending_.clear();
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                        self->writing_ = false;
-                        self->out_.clear();
-                        if (self->out_.capacity() > kKeepOutputBytes) FreeVector(self->out_);
-                        if (ec) {
-                          self->Close();
-                          return;
-                        }
-                        self->Write();
-                        self->Read();
-                      });
+    auto on_written = [self = shared_from_this()](const asio::error_code& ec, size_t) {
+      self->writing_ = false;
+      self->out_.clear();
+      if (self->out_.capacity() > kKeepOutputBytes) FreeVector(self->out_);
+      if (ec) {
+        self->Close();
+        return;
+      }
+      self->Write();
+      self->Read();
+    };
+    if (tls_) {
+      asio::async_write(*tls_, asio::buffer(out_), std::move(on_written));
+    } else {
+      asio::async_write(socket_, asio::buffer(out_), std::move(on_written));
+    }
   }
 
   // Gives back the buffers of a connection that has gone quiet; they are made again as data
@@ -199,6 +232,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (pending_.empty()) FreeVector(pending_);
     if (writing_) return;
     FreeVector(out_);
+    if (tls_) return;  // its read stays in flight (see Read)
     if (in_.size() > 0 || EmptyBufferBytes(in_) == 0 || releasing_) return;
     if (!reading_) {
       in_ = ReadBuffer();  // paused, or about to read: nothing points into it
@@ -214,6 +248,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   tcp::socket socket_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // over socket_; null: plain TCP
   ConnectionSet& set_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
   Node::Session session_;
@@ -226,14 +261,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool closing_ = false;
   bool releasing_ = false;  // the read in flight was cancelled to free its buffer
+  bool handshaking_ = false;  // TLS: the handshake has begun and not ended
 };
 
 ConnectionSet::ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
-                             std::atomic<int64_t>& open)
+                             std::atomic<int64_t>& open, asio::ssl::context* tls)
     : node_(node),
       worker_(worker),
       options_(options),
       open_(open),
+      tls_(tls),
       idle_timeout_(options.idle_timeout_ms),
       frame_timeout_(options.frame_timeout_ms),
       reap_interval_(ReapInterval(options)) {}

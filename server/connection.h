@@ -10,6 +10,11 @@
 // The deadlines are checked by Reap, which the worker calls on one timer for all its
 // connections (see Server), instead of a timer per connection.
 //
+// With a TLS context every connection is TLS: its handshake is a frame (it must finish
+// within frame_timeout), a failed one is counted and closed, and then frames flow as on a
+// plain connection. A TLS connection keeps its read buffer while idle (OpenSSL reads ahead
+// into its own, released while idle: SSL_MODE_RELEASE_BUFFERS).
+//
 // Thread-safety: Add, Reap and CloseAll on the worker's thread. The counters may be read from
 // any thread (metrics). The set must outlive its connections: they unregister from it as the
 // io_context destroys their last handler.
@@ -30,6 +35,10 @@
 #include "server/node.h"
 #include "server/server.h"
 
+namespace asio::ssl {
+class context;
+}
+
 namespace limiter {
 
 class Connection;
@@ -38,8 +47,9 @@ class ConnectionSet {
  public:
   // `open` counts connections across every worker (the max_connections cap): the acceptor
   // adds one before Add, and each connection takes its one away as it ends.
+  // `tls`: null for plain TCP, else the node's TLS context (it outlives the set).
   ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
-                std::atomic<int64_t>& open);
+                std::atomic<int64_t>& open, asio::ssl::context* tls);
   ConnectionSet(const ConnectionSet&) = delete;
   ConnectionSet& operator=(const ConnectionSet&) = delete;
 
@@ -52,6 +62,7 @@ class ConnectionSet {
 
   uint64_t frame_timeouts() const { return frame_timeouts_.Get(); }
   uint64_t idle_timeouts() const { return idle_timeouts_.Get(); }
+  uint64_t tls_handshake_failures() const { return tls_handshake_failures_.Get(); }
 
  private:
   friend class Connection;
@@ -60,12 +71,14 @@ class ConnectionSet {
   Node::Worker& worker_;
   const ServerOptions& options_;
   std::atomic<int64_t>& open_;
+  asio::ssl::context* const tls_;
   const std::chrono::milliseconds idle_timeout_;
   const std::chrono::milliseconds frame_timeout_;
   const std::chrono::milliseconds reap_interval_;
   std::list<std::weak_ptr<Connection>> connections_;
   Counter frame_timeouts_;
   Counter idle_timeouts_;
+  Counter tls_handshake_failures_;
 };
 
 // How often a worker reaps: a quarter of the shorter timeout, so that a deadline is kept to

@@ -88,6 +88,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-ops-per-frame", max_ops_per_frame,
                  "Ops one frame may carry (default 8192)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  limiter::TlsOptions tls;
+  app.add_option("--tls-cert", tls.cert_file,
+                 "TLS on the data port: this node's certificate chain (PEM)");
+  app.add_option("--tls-key", tls.key_file, "The key of --tls-cert (PEM)");
+  app.add_option("--tls-client-ca", tls.ca_file,
+                 "Mutual TLS: clients must present a certificate this CA signed (PEM)");
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -150,14 +156,18 @@ int main(int argc, char** argv) {
   if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
   if (insecure) config.insecure = true;
   if (max_ops_per_frame > 0) config.node.max_ops_per_frame = static_cast<uint32_t>(max_ops_per_frame);
+  if (!tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty()) {
+    config.server.tls = tls;  // the flags replace the file's tls: whole
+  }
   limiter::Result<limiter::auth::SecretSource> secret = limiter::auth::FindSecrets(config.secret_file);
   if (!secret) {
     std::cerr << "limiterd: " << secret.error() << '\n';
     return 1;
   }
   config.node.secrets = secret->secrets;
-  if (secret->secrets.empty() && !config.insecure) {
-    // Protected mode: a node without a secret trusts every peer, so it stays on loopback.
+  if (secret->secrets.empty() && config.server.tls.ca_file.empty() && !config.insecure) {
+    // Protected mode: a node that authenticates nobody (no secret, no client certificates)
+    // trusts every peer, so it stays on loopback.
     const std::optional<limiter::HostPort> hp = limiter::ParseHostPort(config.server.listen);
     in_addr v4{};
     in6_addr v6{};
@@ -169,7 +179,8 @@ int main(int argc, char** argv) {
     if (!loopback) {
       std::cerr << "limiterd: listening on " << config.server.listen
                 << " without a cluster secret would trust every peer that reaches it; give "
-                   "--secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), or --insecure\n";
+                   "--secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), client "
+                   "certificates (--tls-client-ca), or --insecure\n";
       return 1;
     }
   }

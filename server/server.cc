@@ -2,15 +2,20 @@
 
 #include <httplib.h>
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
-#include <asio.hpp>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
 #include <thread>
 
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+
 #include "common/membership.h"
+#include "common/result.h"
 #include "server/connection.h"
 
 namespace limiter {
@@ -32,9 +37,41 @@ bool OutOfResources(const asio::error_code& ec) {
 }
 constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
+// The data port's TLS context, or an error naming the file that could not be used.
+Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOptions& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Error{"TLS needs both a certificate (--tls-cert) and its key (--tls-key)"};
+  }
+  if (tls.cert_file.empty()) {
+    return Error{"--tls-client-ca needs TLS: give --tls-cert and --tls-key too"};
+  }
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  std::string file;
+  try {
+    ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                     asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+    file = tls.cert_file;
+    ctx->use_certificate_chain_file(tls.cert_file);
+    file = tls.key_file;  // OpenSSL checks that it matches the certificate
+    ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem);
+    if (!tls.ca_file.empty()) {
+      file = tls.ca_file;
+      ctx->load_verify_file(tls.ca_file);
+      ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+    }
+  } catch (const std::system_error& e) {
+    return Error{"TLS: " + file + ": " + e.code().message()};
+  }
+  // An idle connection gives its read and write buffers back (tens of KiB each otherwise).
+  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+  return ctx;
+}
+
 struct WorkerThread {
-  WorkerThread(Node& node, const ServerOptions& options, std::atomic<int64_t>& open)
-      : node_worker(node.AddWorker()), connections(node, node_worker, options, open) {}
+  WorkerThread(Node& node, const ServerOptions& options, std::atomic<int64_t>& open,
+               asio::ssl::context* tls)
+      : node_worker(node.AddWorker()), connections(node, node_worker, options, open, tls) {}
 
   Node::Worker& node_worker;
   // Before io: destroying io destroys pending handlers, and with them connections that
@@ -62,6 +99,7 @@ struct Server::Impl {
   ServerOptions options;
   // Connections open over all workers, from accept to their end: the max_connections cap.
   std::atomic<int64_t> open{0};
+  std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
   Counter refused;        // over max_connections; written on the acceptor's thread only
   Counter accept_errors;  // likewise
   std::vector<std::unique_ptr<WorkerThread>> workers;
@@ -130,10 +168,11 @@ struct Server::Impl {
 
   // The server's own counters, in the same exposition format as Node::RenderMetrics.
   std::string RenderMetrics() const {
-    uint64_t frame_timeouts = 0, idle_timeouts = 0;
+    uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0;
     for (const auto& w : workers) {
       frame_timeouts += w->connections.frame_timeouts();
       idle_timeouts += w->connections.idle_timeouts();
+      handshake_failures += w->connections.tls_handshake_failures();
     }
     std::string out;
     Metric(out, "limiter_connections_open", "gauge",
@@ -149,6 +188,10 @@ struct Server::Impl {
            frame_timeouts);
     Metric(out, "limiter_idle_timeouts_total", "counter",
            "Connections closed after idle_timeout without a byte read.", idle_timeouts);
+    Metric(out, "limiter_tls_handshake_failures_total", "counter",
+           "TLS handshakes that failed or timed out: no or an untrusted client certificate, "
+           "or not TLS at all.",
+           handshake_failures);
     return out;
   }
 };
@@ -187,8 +230,14 @@ std::optional<std::string> Server::Start() {
   const int threads = s.options.threads > 0
                           ? s.options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!s.options.tls.cert_file.empty() || !s.options.tls.key_file.empty() ||
+      !s.options.tls.ca_file.empty()) {
+    Result<std::unique_ptr<asio::ssl::context>> tls = MakeServerTlsContext(s.options.tls);
+    if (!tls) return tls.error();
+    s.tls = std::move(tls).value();
+  }
   for (int i = 0; i < threads; ++i) {
-    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open));
+    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open, s.tls.get()));
   }
   const std::optional<HostPort> listen = ParseHostPort(s.options.listen);
   if (!listen) return "--listen: expected HOST:PORT, got '" + s.options.listen + "'";

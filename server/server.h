@@ -4,7 +4,8 @@
 // (cpp-httplib) serves /metrics, /healthz and /readyz; a sweeper thread reclaims expired keys
 // and ticks the hot-key detection once a second. Whatever peers do, the node's connections
 // stay bounded in number (max_connections), in time (idle and frame timeouts) and in memory
-// (see ConnectionSet in server/connection.h).
+// (see ConnectionSet in server/connection.h). The data port is plain TCP or, given a
+// certificate, TLS (optionally mutual).
 //
 // Thread-safety: Start and Run from one thread; Stop from any thread, any number of times.
 #pragma once
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "common/tls_options.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -29,6 +31,9 @@ struct ServerOptions {
   int64_t sweep_interval_ms = 100;
   std::string members_dns;  // resolved into the node's member list, periodically
   int64_t dns_refresh_ms = 5000;
+  // TLS on the data port when tls.cert_file is set; with tls.ca_file, clients must present a
+  // certificate signed by it (mutual TLS). TLS 1.2 and 1.3 only.
+  TlsOptions tls;
 };
 
 class Server {

@@ -14,6 +14,8 @@ namespace limiter::ctl {
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"limiterctl: admin tool for the rate-limiter cluster"};
   app.require_subcommand(1);
+  // The access options below may come before or after the subcommand.
+  app.fallthrough();
   std::string secret_file;
   app.add_option("--secret-file", secret_file,
                  "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET)");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "client/node_connection.h"
 #include "client/request_builder.h"
@@ -326,6 +327,23 @@ TEST(NodeStartup, BadConfigurationIsOneClearMessageAndExitOne) {
   p = Subprocess::Start({LIMITERD_BIN, "--config", config});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->Wait(10'000), 1);
+}
+
+TEST(NodeStartup, WithoutASecretOrClientCertificatesOnlyLoopbackIsServed) {
+  const std::string policies = WriteTempFile("protected_policies.yaml", kPolicies);
+  // Refused before anything is bound: no traffic leaves loopback.
+  auto [status, out] = testing::RunToExit({"--listen", "0.0.0.0:0", "--admin", "",
+                                           "--policies", policies});
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(out,
+            "limiterd: listening on 0.0.0.0:0 without a cluster secret would trust every peer "
+            "that reaches it; give --secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), "
+            "client certificates (--tls-client-ca), or --insecure");
+  std::tie(status, out) = testing::RunToExit({"--listen", "[::]:0", "--admin", "", "--policies",
+                                              policies, "--tls-cert", "/nonexistent/node.pem",
+                                              "--tls-key", "/nonexistent/node.key"});
+  EXPECT_EQ(status, 1);  // TLS alone authenticates nobody
+  EXPECT_NE(out.find("without a cluster secret"), std::string::npos) << out;
 }
 
 }  // namespace

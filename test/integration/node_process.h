@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -53,6 +54,18 @@ inline RunningNode Launch(std::vector<std::string> args, std::vector<std::string
   }
   EXPECT_FALSE(node.listen.empty()) << *line;
   return node;
+}
+
+// Runs limiterd with `args` when it is expected to stop by itself (a refused start): its
+// exit status (-1: it did not stop) and the first line it printed, stderr included.
+inline std::pair<int, std::string> RunToExit(const std::vector<std::string>& args) {
+  std::string command = LIMITERD_BIN;
+  for (const std::string& a : args) command += " '" + a + "'";
+  Result<std::unique_ptr<Subprocess>> p = Subprocess::Start({"/bin/sh", "-c", command + " 2>&1"});
+  if (!p.ok()) return {-1, p.error()};
+  Result<std::string> line = (*p)->ReadLine(20'000);
+  const std::optional<int> status = (*p)->Wait(20'000);
+  return {status.value_or(-1), line.ok() ? *line : line.error()};
 }
 
 // A standalone node on any free port; add --policies etc.

@@ -1,0 +1,99 @@
+// limiterd's configuration file: every field it documents is read, paths are relative to the
+// file, and a bad field is one error naming file:line:column and the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "server/config.h"
+
+namespace limiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+class NodeConfigFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("limiter_config_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result<NodeConfig> Load(const std::string& text) {
+    const fs::path file = dir_ / "limiterd.yaml";
+    std::ofstream(file) << text;
+    return LoadNodeConfig(file.string());
+  }
+  std::string In(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(NodeConfigFile, ReadsTheSecurityFieldsWithPathsRelativeToTheFile) {
+  const Result<NodeConfig> c = Load(R"(
+listen: 0.0.0.0:7450
+policies: policies.yaml
+secret_file: secret
+secret_reload: 2s
+insecure: false
+max_ops_per_frame: 1024
+max_reply_bytes: 65536
+max_connections: 500
+frame_timeout: 3s
+tls:
+  cert: tls/node.pem
+  key: /etc/limiter/node.key
+  client_ca: tls/ca.pem
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->policies_path, In("policies.yaml"));
+  EXPECT_EQ(c->secret_file, In("secret"));
+  EXPECT_EQ(c->secret_reload_ms, 2000);
+  EXPECT_FALSE(c->insecure);
+  EXPECT_EQ(c->node.max_ops_per_frame, 1024u);
+  EXPECT_EQ(c->node.max_reply_bytes, 65536u);
+  EXPECT_EQ(c->server.max_connections, 500);
+  EXPECT_EQ(c->server.frame_timeout_ms, 3000);
+  EXPECT_EQ(c->server.tls.cert_file, In("tls/node.pem"));
+  EXPECT_EQ(c->server.tls.key_file, "/etc/limiter/node.key");
+  EXPECT_EQ(c->server.tls.ca_file, In("tls/ca.pem"));
+}
+
+TEST_F(NodeConfigFile, AnEmptyFileIsAllDefaultsWithoutTls) {
+  const Result<NodeConfig> c = Load("");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_TRUE(c->server.tls.cert_file.empty());
+  EXPECT_TRUE(c->secret_file.empty());
+  EXPECT_EQ(c->node.max_ops_per_frame, 8192u);
+}
+
+TEST_F(NodeConfigFile, BadFieldsAreOneErrorNamingWhereAndWhat) {
+  const std::string file = In("limiterd.yaml");
+  Result<NodeConfig> c = Load("tls:\n  cert: node.pem\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), file + ":2:3: field 'tls': needs both cert and key");
+  c = Load("tls:\n  cert: a.pem\n  key: a.key\n  ca: ca.pem\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(),
+            file + ":4:3: field 'tls.ca': unknown field (known: cert, key, client_ca)");
+  c = Load("insecure: yes please\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), file + ":1:11: field 'insecure': expected true or false");
+  c = Load("max_ops_per_frame: 2000000\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), file + ":1:20: field 'max_ops_per_frame': at most 1000000");
+  c = Load("max_reply_bytes: 100\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(),
+            file + ":1:18: field 'max_reply_bytes': must be between 4096 and 1073741824 bytes");
+  c = Load("secret: hunter2\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("field 'secret': unknown field"), std::string::npos) << c.error();
+}
+
+}  // namespace
+}  // namespace limiter
