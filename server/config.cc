@@ -20,7 +20,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                                   "idle_timeout", "frame_timeout", "max_connections", "max_frame",
                                   "members", "generation", "members_dns", "self", "hot_keys",
                                   "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
-                                  "max_reply_bytes", "tls"});
+                                  "max_reply_bytes", "tls", "max_tls_handshakes"});
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
       return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
@@ -122,6 +122,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
             hot.sketch_capacity = static_cast<size_t>(n);
           }
         }
+      } else if (name == "max_tls_handshakes") {
+        c.server.max_tls_handshakes = r.PositiveInt(f, name);
       } else if (name == "tls") {
         for (const auto& [field, g] : r.Fields(f.value, name, {"cert", "key", "client_ca"})) {
           const std::string file = file_path(r.Scalar(g, "tls." + field));

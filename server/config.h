@@ -26,6 +26,7 @@
 //     cert: node.pem             # this node's certificate chain
 //     key: node.key              # and its key
 //     client_ca: ca.pem          # optional: clients must present a certificate it signed
+//   max_tls_handshakes: 1000     # in progress at once (tens of KiB each); more: closed
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)

@@ -1,10 +1,14 @@
 #include "server/connection.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <asio.hpp>
-#include <asio/ssl.hpp>
+#include <asio/ssl/context.hpp>
 
 #include "common/read_buffer.h"
 
@@ -29,6 +33,10 @@ void FreeVector(std::vector<T>& v) {
   std::vector<T>().swap(v);
 }
 
+struct SslFree {
+  void operator()(SSL* ssl) const { SSL_free(ssl); }
+};
+
 }  // namespace
 
 // One client connection. Owned by the handlers in flight for it (each holds a shared_ptr):
@@ -37,11 +45,10 @@ void FreeVector(std::vector<T>& v) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, ConnectionSet& set)
-      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {
-    if (set.tls_ != nullptr) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *set.tls_);
-  }
+      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {}
 
   ~Connection() {
+    if (handshaking_) set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
     Node::CountersOf(set_.worker_).connections_closed.Add();
     set_.connections_.erase(registry_it_);
     set_.open_.fetch_sub(1, std::memory_order_relaxed);
@@ -55,25 +62,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Reads that follow a readiness wait must not block the worker (see Read).
     socket_.non_blocking(true, ignored);
     last_read_ = std::chrono::steady_clock::now();
-    if (!tls_) {
+    if (set_.tls_ == nullptr) {
       Read();
       return;
     }
-    handshaking_ = true;  // a frame of its own: it must finish within frame_timeout
-    frame_started_ = last_read_;
-    tls_->async_handshake(asio::ssl::stream_base::server,
-                          [self = shared_from_this()](const asio::error_code& ec) {
-                            self->handshaking_ = false;
-                            if (ec) {
-                              // Not a TLS client, no certificate or one the CA did not
-                              // sign, a timeout (closed by Tick): nothing to answer.
-                              self->set_.tls_handshake_failures_.Add();
-                              self->Close();
-                              return;
-                            }
-                            self->last_read_ = std::chrono::steady_clock::now();
-                            self->Read();
-                          });
+    // Nothing of TLS exists until the peer sends: a silent connection costs what a plain one
+    // does (OpenSSL's handshake state is tens of KiB).
+    WaitThen(tcp::socket::wait_read, &Connection::BeginTls, &Connection::OnWaitFailed);
   }
 
   void Close() {
@@ -105,23 +100,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   //     does between frames (no wait, no sizing: the hot path);
   //   - no buffer (new, or idle and given back): wait until the peer sends, then make one the
   //     size of what it sent. Idle and half-open connections cost no read buffer.
-  //   - TLS: always a read into the buffer (a readiness wait says nothing about whether a
-  //     whole record, and so any data, has come).
+  // TLS waits for readability, unless OpenSSL holds decrypted bytes already, then reads.
   void Read() {
     if (reading_ || closing_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
     reading_ = true;
-    if (in_.size() > 0 || EmptyBufferBytes(in_) > 0 || tls_) {
+    if (ssl_) {
+      if (SSL_has_pending(ssl_.get()) == 1) {
+        asio::post(socket_.get_executor(), [self = shared_from_this()] { self->TlsRead(); });
+      } else {
+        WaitThen(tcp::socket::wait_read, &Connection::TlsRead, &Connection::OnReadFailed);
+      }
+      return;
+    }
+    if (in_.size() > 0 || EmptyBufferBytes(in_) > 0) {
       const std::span<uint8_t> space =
           in_.Space(std::clamp(in_.size(), kMinReadBytes, kMaxReadBytes));
-      auto on_read = [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-        self->OnRead(ec, n);
-      };
-      if (tls_) {
-        tls_->async_read_some(asio::buffer(space.data(), space.size()), std::move(on_read));
-      } else {
-        socket_.async_read_some(asio::buffer(space.data(), space.size()), std::move(on_read));
-      }
+      socket_.async_read_some(asio::buffer(space.data(), space.size()),
+                              [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+                                self->OnRead(ec, n);
+                              });
       return;
     }
     socket_.async_wait(tcp::socket::wait_read,
@@ -207,22 +205,148 @@ class Connection : public std::enable_shared_from_this<Connection> {
     writing_ = true;
     out_.swap(pending_);
     pending_.clear();
-    auto on_written = [self = shared_from_this()](const asio::error_code& ec, size_t) {
-      self->writing_ = false;
-      self->out_.clear();
-      if (self->out_.capacity() > kKeepOutputBytes) FreeVector(self->out_);
+    if (ssl_) {
+      out_sent_ = 0;
+      TlsWrite();
+      return;
+    }
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                        self->OnWritten(ec);
+                      });
+  }
+
+  void OnWritten(const asio::error_code& ec) {
+    writing_ = false;
+    out_.clear();
+    if (out_.capacity() > kKeepOutputBytes) FreeVector(out_);
+    if (ec) {
+      Close();
+      return;
+    }
+    Write();
+    Read();
+  }
+
+  // ----- TLS: OpenSSL on the non-blocking socket; a call that would block waits for the
+  // socket, then is made again (a write with the same bytes, as OpenSSL requires). All on
+  // the worker's thread, so a read and a write are never inside OpenSSL at once.
+
+  using Step = void (Connection::*)();
+  using Failure = void (Connection::*)(const asio::error_code&);
+
+  // After the socket is ready for `what`: `next`, or `failed` (closed, cancelled).
+  void WaitThen(tcp::socket::wait_type what, Step next, Failure failed) {
+    socket_.async_wait(what, [self = shared_from_this(), next, failed](const asio::error_code& ec) {
       if (ec) {
-        self->Close();
+        ((*self).*failed)(ec);
+      } else {
+        ((*self).*next)();
+      }
+    });
+  }
+  // What OpenSSL wants before `ssl_result` can go on: a wait, or nullopt (a failure).
+  std::optional<tcp::socket::wait_type> WantOf(int ssl_result) {
+    switch (SSL_get_error(ssl_.get(), ssl_result)) {
+      case SSL_ERROR_WANT_READ:
+        return tcp::socket::wait_read;
+      case SSL_ERROR_WANT_WRITE:
+        return tcp::socket::wait_write;
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // The first bytes have come: a handshake begins, if fewer than max_tls_handshakes are in
+  // progress over the node (each holds OpenSSL's state until it ends, at most frame_timeout).
+  // OpenSSL then works on the non-blocking socket itself: no BIO pair, no stream buffers.
+  void BeginTls() {
+    if (!socket_.is_open()) return;  // closed meanwhile (idle timeout, the node stopping)
+    if (set_.handshakes_.fetch_add(1, std::memory_order_relaxed) >=
+        set_.options_.max_tls_handshakes) {
+      set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
+      set_.tls_handshakes_refused_.Add();
+      Close();
+      return;
+    }
+    handshaking_ = true;  // a frame of its own: it must finish within frame_timeout
+    frame_started_ = std::chrono::steady_clock::now();
+    ssl_.reset(SSL_new(set_.tls_->native_handle()));
+    if (!ssl_ || SSL_set_fd(ssl_.get(), static_cast<int>(socket_.native_handle())) != 1) {
+      FailHandshake();
+      return;
+    }
+    SSL_set_accept_state(ssl_.get());
+    Handshake();
+  }
+
+  void Handshake() {
+    if (!socket_.is_open()) return FailHandshake();  // closed by the frame timeout
+    ERR_clear_error();
+    const int r = SSL_do_handshake(ssl_.get());
+    if (r == 1) {
+      EndHandshake();
+      last_read_ = std::chrono::steady_clock::now();
+      Read();
+      return;
+    }
+    if (const auto want = WantOf(r)) {
+      WaitThen(*want, &Connection::Handshake, &Connection::OnWaitFailed);
+      return;
+    }
+    // Not TLS, no client certificate or one the CA did not sign: nothing to answer.
+    FailHandshake();
+  }
+  void EndHandshake() {
+    handshaking_ = false;
+    set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  void FailHandshake() {
+    if (handshaking_) EndHandshake();
+    set_.tls_handshake_failures_.Add();
+    Close();
+  }
+  void OnWaitFailed(const asio::error_code&) {
+    if (handshaking_) {
+      FailHandshake();
+    } else {
+      Close();  // before any byte: closed by the idle timeout or the node stopping
+    }
+  }
+
+  void TlsRead() {
+    // A closed socket's descriptor may belong to another connection by now: never read it.
+    if (!socket_.is_open()) return OnRead(asio::error::operation_aborted, 0);
+    const std::span<uint8_t> space =
+        in_.Space(std::clamp(in_.size(), kMinReadBytes, kMaxReadBytes));
+    ERR_clear_error();
+    const int n = SSL_read(ssl_.get(), space.data(), static_cast<int>(space.size()));
+    if (n > 0) return OnRead({}, static_cast<size_t>(n));
+    if (const auto want = WantOf(n)) {
+      WaitThen(*want, &Connection::TlsRead, &Connection::OnReadFailed);
+      return;
+    }
+    OnRead(asio::error::eof, 0);  // close_notify, the peer gone, or a TLS error
+  }
+  void OnReadFailed(const asio::error_code& ec) { OnRead(ec, 0); }
+
+  void TlsWrite() {
+    if (!socket_.is_open()) return OnWritten(asio::error::operation_aborted);
+    while (out_sent_ < out_.size()) {
+      ERR_clear_error();
+      const size_t left = std::min<size_t>(out_.size() - out_sent_, 1u << 30);
+      const int n = SSL_write(ssl_.get(), out_.data() + out_sent_, static_cast<int>(left));
+      if (n > 0) {
+        out_sent_ += static_cast<size_t>(n);
+        continue;
+      }
+      if (const auto want = WantOf(n)) {
+        WaitThen(*want, &Connection::TlsWrite, &Connection::OnWritten);
         return;
       }
-      self->Write();
-      self->Read();
-    };
-    if (tls_) {
-      asio::async_write(*tls_, asio::buffer(out_), std::move(on_written));
-    } else {
-      asio::async_write(socket_, asio::buffer(out_), std::move(on_written));
+      return OnWritten(asio::error::broken_pipe);
     }
+    OnWritten({});
   }
 
   // Gives back the buffers of a connection that has gone quiet; they are made again as data
@@ -232,7 +356,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (pending_.empty()) FreeVector(pending_);
     if (writing_) return;
     FreeVector(out_);
-    if (tls_) return;  // its read stays in flight (see Read)
+    if (ssl_) {
+      if (in_.size() == 0) in_ = ReadBuffer();  // a TLS read waits without a buffer
+      return;
+    }
     if (in_.size() > 0 || EmptyBufferBytes(in_) == 0 || releasing_) return;
     if (!reading_) {
       in_ = ReadBuffer();  // paused, or about to read: nothing points into it
@@ -248,13 +375,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   tcp::socket socket_;
-  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // over socket_; null: plain TCP
+  std::unique_ptr<SSL, SslFree> ssl_;  // TLS over socket_'s descriptor; null: plain TCP
   ConnectionSet& set_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
   Node::Session session_;
   ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
   std::vector<uint8_t> out_;      // the write in flight
+  size_t out_sent_ = 0;           // TLS: how much of out_ OpenSSL has taken
   Time last_read_;                // the idle timeout runs from here
   Time frame_started_;            // when the unread bytes in in_ began to arrive
   bool reading_ = false;
@@ -265,12 +393,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 ConnectionSet::ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
-                             std::atomic<int64_t>& open, asio::ssl::context* tls)
+                             std::atomic<int64_t>& open, asio::ssl::context* tls,
+                             std::atomic<int64_t>& handshakes)
     : node_(node),
       worker_(worker),
       options_(options),
       open_(open),
       tls_(tls),
+      handshakes_(handshakes),
       idle_timeout_(options.idle_timeout_ms),
       frame_timeout_(options.frame_timeout_ms),
       reap_interval_(ReapInterval(options)) {}

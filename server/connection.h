@@ -12,8 +12,10 @@
 //
 // With a TLS context every connection is TLS: its handshake is a frame (it must finish
 // within frame_timeout), a failed one is counted and closed, and then frames flow as on a
-// plain connection. A TLS connection keeps its read buffer while idle (OpenSSL reads ahead
-// into its own, released while idle: SSL_MODE_RELEASE_BUFFERS).
+// plain connection. Nothing of TLS is made before the peer's first bytes; OpenSSL works on
+// the socket itself and releases its record buffers while a connection is idle, so an idle
+// TLS connection costs little more than a plain one. A handshake in progress holds tens of
+// KiB, so at most max_tls_handshakes are in progress over the node.
 //
 // Thread-safety: Add, Reap and CloseAll on the worker's thread. The counters may be read from
 // any thread (metrics). The set must outlive its connections: they unregister from it as the
@@ -47,9 +49,11 @@ class ConnectionSet {
  public:
   // `open` counts connections across every worker (the max_connections cap): the acceptor
   // adds one before Add, and each connection takes its one away as it ends.
-  // `tls`: null for plain TCP, else the node's TLS context (it outlives the set).
+  // `tls`: null for plain TCP, else the node's TLS context (it outlives the set), and
+  // `handshakes` counts the TLS handshakes in progress over every worker.
   ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
-                std::atomic<int64_t>& open, asio::ssl::context* tls);
+                std::atomic<int64_t>& open, asio::ssl::context* tls,
+                std::atomic<int64_t>& handshakes);
   ConnectionSet(const ConnectionSet&) = delete;
   ConnectionSet& operator=(const ConnectionSet&) = delete;
 
@@ -63,6 +67,7 @@ class ConnectionSet {
   uint64_t frame_timeouts() const { return frame_timeouts_.Get(); }
   uint64_t idle_timeouts() const { return idle_timeouts_.Get(); }
   uint64_t tls_handshake_failures() const { return tls_handshake_failures_.Get(); }
+  uint64_t tls_handshakes_refused() const { return tls_handshakes_refused_.Get(); }
 
  private:
   friend class Connection;
@@ -72,6 +77,7 @@ class ConnectionSet {
   const ServerOptions& options_;
   std::atomic<int64_t>& open_;
   asio::ssl::context* const tls_;
+  std::atomic<int64_t>& handshakes_;
   const std::chrono::milliseconds idle_timeout_;
   const std::chrono::milliseconds frame_timeout_;
   const std::chrono::milliseconds reap_interval_;
@@ -79,6 +85,7 @@ class ConnectionSet {
   Counter frame_timeouts_;
   Counter idle_timeouts_;
   Counter tls_handshake_failures_;
+  Counter tls_handshakes_refused_;
 };
 
 // How often a worker reaps: a quarter of the shorter timeout, so that a deadline is kept to

@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls.key_file, "The key of --tls-cert (PEM)");
   app.add_option("--tls-client-ca", tls.ca_file,
                  "Mutual TLS: clients must present a certificate this CA signed (PEM)");
+  int64_t max_tls_handshakes = 0;
+  app.add_option("--max-tls-handshakes", max_tls_handshakes,
+                 "TLS handshakes in progress at once; more are closed (default 1000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -159,6 +163,7 @@ int main(int argc, char** argv) {
   if (!tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty()) {
     config.server.tls = tls;  // the flags replace the file's tls: whole
   }
+  if (max_tls_handshakes > 0) config.server.max_tls_handshakes = max_tls_handshakes;
   limiter::Result<limiter::auth::SecretSource> secret = limiter::auth::FindSecrets(config.secret_file);
   if (!secret) {
     std::cerr << "limiterd: " << secret.error() << '\n';

@@ -63,15 +63,23 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOption
   } catch (const std::system_error& e) {
     return Error{"TLS: " + file + ": " + e.code().message()};
   }
-  // An idle connection gives its read and write buffers back (tens of KiB each otherwise).
-  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+  // Connections drive OpenSSL on their non-blocking sockets (server/connection.cc): an idle
+  // one gives its record buffers back, and a write may complete in parts.
+  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS |
+                                             SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                             SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Clients keep their connections for hours: no session cache (it would hold every
+  // client's certificate) and no resumption tickets.
+  SSL_CTX_set_session_cache_mode(ctx->native_handle(), SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_num_tickets(ctx->native_handle(), 0);
   return ctx;
 }
 
 struct WorkerThread {
   WorkerThread(Node& node, const ServerOptions& options, std::atomic<int64_t>& open,
-               asio::ssl::context* tls)
-      : node_worker(node.AddWorker()), connections(node, node_worker, options, open, tls) {}
+               asio::ssl::context* tls, std::atomic<int64_t>& handshakes)
+      : node_worker(node.AddWorker()),
+        connections(node, node_worker, options, open, tls, handshakes) {}
 
   Node::Worker& node_worker;
   // Before io: destroying io destroys pending handlers, and with them connections that
@@ -100,6 +108,7 @@ struct Server::Impl {
   // Connections open over all workers, from accept to their end: the max_connections cap.
   std::atomic<int64_t> open{0};
   std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
+  std::atomic<int64_t> tls_handshakes{0};    // in progress, over all workers
   Counter refused;        // over max_connections; written on the acceptor's thread only
   Counter accept_errors;  // likewise
   std::vector<std::unique_ptr<WorkerThread>> workers;
@@ -168,11 +177,13 @@ struct Server::Impl {
 
   // The server's own counters, in the same exposition format as Node::RenderMetrics.
   std::string RenderMetrics() const {
-    uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0;
+    uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0,
+             handshakes_refused = 0;
     for (const auto& w : workers) {
       frame_timeouts += w->connections.frame_timeouts();
       idle_timeouts += w->connections.idle_timeouts();
       handshake_failures += w->connections.tls_handshake_failures();
+      handshakes_refused += w->connections.tls_handshakes_refused();
     }
     std::string out;
     Metric(out, "limiter_connections_open", "gauge",
@@ -192,6 +203,12 @@ struct Server::Impl {
            "TLS handshakes that failed or timed out: no or an untrusted client certificate, "
            "or not TLS at all.",
            handshake_failures);
+    Metric(out, "limiter_tls_handshakes_in_progress", "gauge",
+           "TLS handshakes begun and not ended, over all workers (max_tls_handshakes).",
+           static_cast<uint64_t>(std::max<int64_t>(0, tls_handshakes.load())));
+    Metric(out, "limiter_tls_handshakes_refused_total", "counter",
+           "Connections closed because max_tls_handshakes handshakes were in progress.",
+           handshakes_refused);
     return out;
   }
 };
@@ -237,7 +254,8 @@ std::optional<std::string> Server::Start() {
     s.tls = std::move(tls).value();
   }
   for (int i = 0; i < threads; ++i) {
-    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open, s.tls.get()));
+    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open, s.tls.get(),
+                                                       s.tls_handshakes));
   }
   const std::optional<HostPort> listen = ParseHostPort(s.options.listen);
   if (!listen) return "--listen: expected HOST:PORT, got '" + s.options.listen + "'";

@@ -34,6 +34,9 @@ struct ServerOptions {
   // TLS on the data port when tls.cert_file is set; with tls.ca_file, clients must present a
   // certificate signed by it (mutual TLS). TLS 1.2 and 1.3 only.
   TlsOptions tls;
+  // TLS handshakes in progress over all workers (each holds tens of KiB of OpenSSL state for
+  // up to frame_timeout); a connection whose handshake would pass it is closed.
+  int64_t max_tls_handshakes = 1000;
 };
 
 class Server {

@@ -180,6 +180,7 @@ size_t FeedSession(std::span<const uint8_t> input, bool authenticate,
 void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
   FuzzNode& f = SharedFuzzNode();
   const uint32_t max_frame = f.node.options().max_frame_bytes;
+  Node::Session session = f.node.NewSession();  // no secret: trusted from the start
   for (;;) {
     const FrameResult frame = DecodeFrame(input, max_frame);
     if (frame.status == FrameStatus::kNeedMore) return;
@@ -190,12 +191,15 @@ void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
       return;
     }
     f.clock.Advance(kStepMs);
-    // The body goes to the node where it is, at any alignment, as the server passes it.
-    f.node.HandleFrame(f.worker, frame.body, replies);
-    CheckReply(std::span(replies).subspan(reply_at), VerifiedRequest(frame.body, f.request_copy),
-               f.reply_copy);
+    // The body goes to the node where it is, at any alignment, as the server passes it. A
+    // frame over a bound (ops, STATS, INSPECT, reply size) is refused whole, and the server
+    // would close the connection.
+    const Node::AfterFrame after = f.node.HandleFrame(f.worker, session, frame.body, replies);
+    CheckSessionReply(std::span(replies).subspan(reply_at),
+                      VerifiedRequest(frame.body, f.request_copy), after, f.reply_copy);
     if (++f.frames % kSweepEveryFrames == 0) f.node.Sweep();
     CheckKeyCount(f.node.store());
+    if (after == Node::AfterFrame::kClose) return;
     input = input.subspan(frame.consumed);
   }
 }

@@ -94,6 +94,9 @@ policies:
 
   // Connects with this CA and (optionally) this client certificate; then a CHECK.
   std::string Try(const std::string& ca, const std::string& cert) {
+    return TryAt(node_.listen, ca, cert);
+  }
+  std::string TryAt(const std::string& address, const std::string& ca, const std::string& cert) {
     TlsOptions tls;
     tls.ca_file = File(ca + ".pem");
     if (!cert.empty()) {
@@ -106,7 +109,7 @@ policies:
     if (!ctx) return "context: " + ctx.error();
     access.tls = *ctx;
     Result<std::unique_ptr<NodeConnection>> c =
-        NodeConnection::Connect(node_.listen, 10'000, access);
+        NodeConnection::Connect(address, 10'000, access);
     if (!c) return c.error();
     RequestBuilder b;
     b.Check(1, "api", "k");
@@ -187,32 +190,65 @@ policies:
   EXPECT_FALSE(o.err.empty());
 }
 
-TEST_F(Tls, AHandshakeNeverFinishedIsClosedAtTheFrameTimeout) {
+// A connection to `address` (127.0.0.1:port) that has sent `bytes`; -1 on failure.
+int ConnectAndSend(const std::string& address, const std::string& bytes) {
+  const size_t colon = address.rfind(':');
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    ::close(fd);
+    return -1;
+  }
+  timeval wait{50, 0};  // past any bound below: a read that times out was never closed
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  return fd;
+}
+
+// Whether the node closed `fd` (a read sees the end) rather than leaving it open.
+bool ClosedByTheNode(int fd) {
+  char byte = 0;
+  const ssize_t n = ::recv(fd, &byte, 1, 0);
+  ::close(fd);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
   RunningNode slow = StartNode(
       {"--policies", WriteTempFile("tls_slow_policies.yaml", "policies:\n  - {name: api, "
                                    "algorithm: token_bucket, limit: 100, window: 1h, class: "
                                    "contract}\n"),
-       "--threads", "1", "--frame-timeout-ms", "300", "--tls-cert", File("node.pem"),
-       "--tls-key", File("node.key")});
+       "--threads", "1", "--frame-timeout-ms", "500", "--max-tls-handshakes", "1",
+       "--secret-file", WriteTempFile("tls_slow_secret", kSecret + "\n"), "--tls-cert",
+       File("node.pem"), "--tls-key", File("node.key"), "--tls-client-ca", File("ca.pem")});
   ASSERT_FALSE(slow.listen.empty());
-  // A TCP connection that says nothing: the handshake it began never ends, and the node
-  // closes it at the frame timeout (the idle one is 60 s, past this read's own bound).
-  const size_t colon = slow.listen.rfind(':');
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(slow.listen.substr(colon + 1))));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  timeval wait{50, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-  char byte = 0;
-  const ssize_t n = ::recv(fd, &byte, 1, 0);
-  ::close(fd);
-  EXPECT_EQ(n, 0) << "not closed by the node (errno " << errno << ")";
+  // Silent connections hold no handshake: a client still gets through.
+  const int silent = ConnectAndSend(slow.listen, "");
+  ASSERT_GE(silent, 0);
+  EXPECT_EQ(TryAt(slow.listen, "ca", "gateway"), "");
+  // The first byte of a ClientHello begins a handshake that never ends: it holds the one
+  // slot, so the next connection to begin one is closed.
+  const int stalled = ConnectAndSend(slow.listen, std::string(1, '\x16'));
+  ASSERT_GE(stalled, 0);
+  for (int i = 0; i < 500 && MetricOf(slow.admin, "limiter_tls_handshakes_in_progress") < 1;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_in_progress"), 1);
+  EXPECT_TRUE(ClosedByTheNode(ConnectAndSend(slow.listen, std::string(1, '\x16'))));
+  EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_refused_total"), 1);
+  // The stalled one is closed at the frame timeout (the idle one is 60 s, past the read's
+  // own bound), and its slot is free again.
+  EXPECT_TRUE(ClosedByTheNode(stalled));
   EXPECT_EQ(MetricOf(slow.admin, "limiter_frame_timeouts_total"), 1);
   EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshake_failures_total"), 1);
+  EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_in_progress"), 0);
+  EXPECT_EQ(TryAt(slow.listen, "ca", "gateway"), "");
+  ::close(silent);
 }
 
 TEST_F(Tls, BadTlsFilesStopTheNodeWithOneMessageNamingThem) {

@@ -48,6 +48,7 @@ tls:
   cert: tls/node.pem
   key: /etc/limiter/node.key
   client_ca: tls/ca.pem
+max_tls_handshakes: 50
 )");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->policies_path, In("policies.yaml"));
@@ -61,6 +62,7 @@ tls:
   EXPECT_EQ(c->server.tls.cert_file, In("tls/node.pem"));
   EXPECT_EQ(c->server.tls.key_file, "/etc/limiter/node.key");
   EXPECT_EQ(c->server.tls.ca_file, In("tls/ca.pem"));
+  EXPECT_EQ(c->server.max_tls_handshakes, 50);
 }
 
 TEST_F(NodeConfigFile, AnEmptyFileIsAllDefaultsWithoutTls) {
