@@ -100,17 +100,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   //     does between frames (no wait, no sizing: the hot path);
   //   - no buffer (new, or idle and given back): wait until the peer sends, then make one the
   //     size of what it sent. Idle and half-open connections cost no read buffer.
-  // TLS waits for readability, unless OpenSSL holds decrypted bytes already, then reads.
+  // TLS reads first and waits only when OpenSSL says it would block: a read that finds
+  // nothing also gives OpenSSL's record buffer back (SSL_MODE_RELEASE_BUFFERS).
   void Read() {
     if (reading_ || closing_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
     reading_ = true;
     if (ssl_) {
-      if (SSL_has_pending(ssl_.get()) == 1) {
-        asio::post(socket_.get_executor(), [self = shared_from_this()] { self->TlsRead(); });
-      } else {
-        WaitThen(tcp::socket::wait_read, &Connection::TlsRead, &Connection::OnReadFailed);
-      }
+      // Posted, not called: a peer that keeps sending must not deepen the stack.
+      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->TlsRead(); });
       return;
     }
     if (in_.size() > 0 || EmptyBufferBytes(in_) > 0) {
