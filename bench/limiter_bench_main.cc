@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"limiter-bench: load generator for limiterd"};
   app.require_subcommand(1);
+  // The access options (--secret-file, --tls-*) may come before or after the subcommand.
+  app.fallthrough();
   limiter::bench::NodeBenchOptions o;
   o.policies = LIMITER_BENCH_POLICIES;
   bool start_node = false;

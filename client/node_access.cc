@@ -29,6 +29,9 @@ Result<std::shared_ptr<asio::ssl::context>> MakeClientTlsContext(const TlsOption
   } catch (const std::system_error& e) {
     return Error{"TLS: " + file + ": " + e.code().message()};
   }
+  // For connections that run OpenSSL on their socket (NodeConnection): read what has come,
+  // not a record header and then its body.
+  SSL_CTX_set_read_ahead(ctx->native_handle(), 1);
   return ctx;
 }
 

@@ -83,10 +83,14 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
 // One op's reply. Inline: a node encodes one per op, most of them a CHECK's with few fields.
 inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferBuilder& fbb,
                                                         uint64_t id, const ReplyFields& f) {
-  // Children first: FlatBuffers builds a table after everything it points to.
-  const auto error = f.error.empty() ? 0 : reply_encoding::Str(fbb, f.error);
+  // Children first: FlatBuffers builds a table after everything it points to. Errors and
+  // policy names repeat across a frame's ops (a flood of refused keys, a tenant's denials):
+  // each distinct one is written once per reply.
+  const auto error = f.error.empty() ? 0 : fbb.CreateSharedString(f.error.data(), f.error.size());
   const auto denied_policy =
-      f.denied_policy.empty() ? 0 : reply_encoding::Str(fbb, f.denied_policy);
+      f.denied_policy.empty()
+          ? 0
+          : fbb.CreateSharedString(f.denied_policy.data(), f.denied_policy.size());
   const auto results =
       f.results.empty() ? 0 : fbb.CreateVectorOfStructs(f.results.data(), f.results.size());
   flatbuffers::Offset<wire::KeyState> state;

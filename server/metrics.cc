@@ -93,6 +93,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
     out.emplace_back("key_refusals." + name, u.refusals);
   }
   out.emplace_back("evictions", store_.evictions());
+  out.emplace_back("reclaim_passes", store_.reclaim_passes());
   out.emplace_back("refusals", static_cast<int64_t>(refusals));
   out.emplace_back("split_redirects", static_cast<int64_t>(redirects));
   out.emplace_back("splits", store_.split_count());
@@ -182,6 +183,10 @@ std::string Node::RenderMetrics() {
   out << "limiter_max_keys " << stat("max_keys") << '\n';
   Header(out, "limiter_evictions_total", "counter", "Expired keys reclaimed.");
   out << "limiter_evictions_total " << stat("evictions") << '\n';
+  Header(out, "limiter_reclaim_passes_total", "counter",
+         "Stripes scanned for expired keys by a new key that found no room (at most one pass "
+         "per stripe per 100 ms while they find nothing).");
+  out << "limiter_reclaim_passes_total " << stat("reclaim_passes") << '\n';
   Header(out, "limiter_refusals_total", "counter", "New keys refused at max_keys.");
   out << "limiter_refusals_total " << stat("refusals") << '\n';
   Header(out, "limiter_auth_failures_total", "counter",

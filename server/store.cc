@@ -420,7 +420,14 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
 
 size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget) {
   size_t erased = 0;
-  for (size_t s : lock.stripes()) erased += SweepStripe(*stripes_[s], now, budget);
+  for (size_t s : lock.stripes()) {
+    Stripe& stripe = *stripes_[s];
+    if (now < stripe.next_reclaim_ms) continue;
+    reclaim_passes_.fetch_add(1, std::memory_order_relaxed);
+    const size_t n = SweepStripe(stripe, now, budget);
+    stripe.next_reclaim_ms = n == 0 ? now + kReclaimBackoffMs : 0;
+    erased += n;
+  }
   return erased;
 }
 

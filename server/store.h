@@ -137,8 +137,14 @@ class Store {
   // Adds a key; needs NewKeyUnits(policy) reserved for it (ReserveCharge or TryReserve).
   Slot* Insert(int policy, const KeyId& id);
   void Erase(int policy, const KeyId& id);
-  // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each.
+  // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each: a
+  // new key that finds no room tries this before it is refused. A stripe whose last pass
+  // found nothing is not looked at again for kReclaimBackoffMs, so that a flood of new keys
+  // refused at a budget costs a lookup each, not a scan each (the sweeper goes on meanwhile).
   size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget);
+  static constexpr int64_t kReclaimBackoffMs = 100;
+  // Reclaim passes made over a stripe (ReclaimLocked), for /metrics and tests.
+  int64_t reclaim_passes() const { return reclaim_passes_.load(std::memory_order_relaxed); }
 
   // A key split into sub-buckets on other nodes (hot keys): its owner keeps this record,
   // with the key's stripe, and answers for the key with the split instead of charging it.
@@ -215,6 +221,7 @@ class Store {
     std::vector<size_t> cursors;   // per policy, where Sweep goes on; guarded by mu
     std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
+    int64_t next_reclaim_ms = 0;  // ReclaimLocked passes this stripe by until then; mu
   };
   // One policy's counts, on a cache line of their own.
   struct alignas(64) PolicyKeys {
@@ -245,6 +252,7 @@ class Store {
   std::mutex budget_mu_;          // taken to grow over_
   std::atomic<int64_t> over_{0};  // units held beyond reserves, summed over policies
   std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> reclaim_passes_{0};
   std::atomic<int64_t> splits_{0};
   std::atomic<int64_t> books_{0};
 };

@@ -451,7 +451,16 @@ TEST_F(FrameBoundsTest, AReplyThatGrowsPastItsBoundIsCutOffWithAnError) {
   small.max_reply_bytes = 8192;
   Start(small);
   const std::string policy(200, 'p');  // each error names it: over 100 bytes a reply
+  // The same error for every op is written once in the reply: far under the bound.
   for (int i = 0; i < 100; ++i) b.Check(static_cast<uint64_t>(i), policy, key);
+  const wire::Reply& same = Send(b);
+  ASSERT_EQ(after_, Node::AfterFrame::kContinue) << ErrorOf(same);
+  ASSERT_NE(same.ops(), nullptr);
+  EXPECT_EQ(same.ops()->size(), 100u);
+  // A hundred different errors are not.
+  for (int i = 0; i < 100; ++i) {
+    b.Check(static_cast<uint64_t>(i), std::to_string(i) + policy, key);
+  }
   const wire::Reply& r = Send(b);
   ASSERT_EQ(after_, Node::AfterFrame::kClose);
   EXPECT_EQ(r.ops(), nullptr);

@@ -414,6 +414,10 @@ policies:
 
   std::map<std::string, int64_t> stats;
   for (const auto& [name, value] : node.Stats()) stats[name] = value;
+  // 151 refusals at one instant scanned each of the 4 stripes once, not once per refusal:
+  // a flood of new keys at a budget costs a lookup each.
+  EXPECT_LE(stats["reclaim_passes"], 4);
+  EXPECT_GE(stats["reclaim_passes"], 1);
   EXPECT_EQ(stats["keys.cheap"], 150);
   EXPECT_EQ(stats["key_refusals.cheap"], 150);
   EXPECT_EQ(stats["keys.login"], 50);
@@ -434,6 +438,58 @@ policies:
                            "limiter_policy_key_units{policy=\"vip\"} 40\n"}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
   }
+}
+
+}  // namespace
+}  // namespace limiter
+
+namespace limiter {
+namespace {
+
+// A new key at a full budget reclaims expired keys itself, but a stripe whose pass found
+// nothing is left alone for kReclaimBackoffMs: keys that expire meanwhile wait for the
+// sweeper or the next pass.
+TEST(StoreBudget, ARefusedNewKeyScansAStripeAtMostOncePerBackoff) {
+  const PolicySet p = Parse(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 20}
+)");
+  ManualClock clock(1'000'000);
+  NodeOptions options;
+  options.store.max_keys = 20;
+  options.store.stripes = 1;
+  Node node(p, clock, options);
+  Node::Worker& worker = node.AddWorker();
+  RequestBuilder b;
+  std::vector<uint8_t> out;
+  std::vector<uint64_t> aligned;
+  auto check = [&](const std::string& key) {
+    b.Clear();
+    b.Check(1, "cheap", key);
+    out.clear();
+    node.HandleFrame(worker, b.Finish(), out);
+    const FrameResult f = DecodeFrame(out, 1u << 20);
+    const wire::Reply* r = VerifiedReply(f.body, aligned);
+    EXPECT_NE(r, nullptr);
+    return r ? r->ops()->Get(0)->status() : wire::Status::BadRequest;
+  };
+  auto passes = [&] {
+    for (const auto& [name, value] : node.Stats())
+      if (name == "reclaim_passes") return value;
+    return int64_t{-1};
+  };
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(check("k" + std::to_string(i)), wire::Status::Ok);
+  // Full, and nothing has expired: one pass, then none for 1000 more new keys.
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(check("new" + std::to_string(i)), wire::Status::KeysExhausted);
+  EXPECT_EQ(passes(), 1);
+  // One check of 100/s is fresh again after 10 ms; within the backoff the keys stay.
+  clock.Advance(Store::kReclaimBackoffMs - 1);
+  EXPECT_EQ(check("later"), wire::Status::KeysExhausted);
+  EXPECT_EQ(passes(), 1);
+  // After it, the next new key's pass reclaims them and it is admitted.
+  clock.Advance(1);
+  EXPECT_EQ(check("later"), wire::Status::Ok);
+  EXPECT_EQ(passes(), 2);
 }
 
 }  // namespace
