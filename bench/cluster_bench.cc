@@ -346,7 +346,7 @@ class Harness {
     std::vector<std::vector<Gateway*>> shares(static_cast<size_t>(loops));
     for (size_t g = 0; g < gateways_.size(); ++g) {
       AsioScheduler& scheduler = *schedulers_[g % static_cast<size_t>(loops)];
-      gateways_[g].transport = std::make_unique<TcpTransport>(scheduler.io());
+      gateways_[g].transport = std::make_unique<TcpTransport>(scheduler.io(), o.access);
       gateways_[g].core = std::make_unique<ClientCore>(policies, members, scheduler,
                                                        *gateways_[g].transport, core_options);
       gateways_[g].core->WarmUp();

@@ -88,7 +88,7 @@ Result<Secrets> ParseSecrets(std::string_view text, const std::string& where) {
 }
 
 Result<Secrets> LoadSecretFile(const std::string& path) {
-  Result<std::string> text = ReadWholeFile(path, "secret file");
+  Result<std::string> text = ReadWholeFile(path, "secret");
   if (!text) return Error{text.error()};
   return ParseSecrets(*text, path);
 }

@@ -1,0 +1,43 @@
+# limiter: limiterd, limiterctl, limiter-bench and limiter-gateway on Debian 12.
+#   docker build -t limiter .            (a registry's debian:bookworm-slim)
+#   deploy/build-image.sh                (podman, a base image made with debootstrap)
+# The image runs as uid 65532 with a read-only root filesystem: nothing is written.
+ARG BASE=debian:bookworm-slim
+
+FROM ${BASE} AS build
+# dev.sh's packages less what only tests, benchmarks' reports and ccache use; GTest and
+# Google Benchmark stay because the top-level CMakeLists requires them to configure.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      g++ cmake ninja-build pkg-config \
+      libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev \
+      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev libssl-dev \
+      libgtest-dev libgmock-dev libbenchmark-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+ && cmake --build build -j 2 --target limiterd limiterctl limiter-bench limiter-gateway \
+ && mkdir /out \
+ && install -s -m 755 build/server/limiterd build/client/ctl/limiterctl \
+      build/bench/limiter-bench build/examples/limiter-gateway /out/
+
+FROM ${BASE}
+# The shared libraries the four binaries link (ldd), nothing else.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libssl3 libyaml-cpp0.7 libxxhash0 libcpp-httplib0.11 libhiredis0.14 \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
+ && echo 'limiter:x:65532:65532:limiter:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'limiter:x:65532:' >> /etc/group
+COPY --from=build /out/ /usr/local/bin/
+COPY deploy/limiterd-self.sh /usr/local/bin/limiterd-self
+COPY examples/policies.yaml deploy/limiterd.yaml /etc/limiter/
+COPY bench/cluster_policies.yaml /etc/limiter/cluster_policies.yaml
+USER 65532
+EXPOSE 7450 7451
+# No curl or wget in the image: bash's /dev/tcp asks the admin port.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/7451 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '^ok' <&3"]
+ENTRYPOINT ["/usr/local/bin/limiterd"]
+CMD ["--config", "/etc/limiter/limiterd.yaml"]

@@ -1,0 +1,115 @@
+{{/* The chart's name: "limiter", or nameOverride. */}}
+{{- define "limiter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+FULLNAME: the release name when it contains the chart's name, else RELEASE-NAME; at most 63
+characters (a DNS label), since it names the headless Service the members are found by.
+*/}}
+{{- define "limiter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "limiter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "limiter.labels" -}}
+helm.sh/chart: {{ include "limiter.chart" . }}
+{{ include "limiter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: limiter
+{{- end }}
+
+{{/* What selects the chart's objects; add app.kubernetes.io/component to pick one kind. */}}
+{{- define "limiter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "limiter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The shard nodes' pods: the StatefulSet, the headless Service and the PDB select these. */}}
+{{- define "limiter.nodeSelectorLabels" -}}
+{{ include "limiter.selectorLabels" . }}
+app.kubernetes.io/component: node
+{{- end }}
+
+{{- define "limiter.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The headless Service: its name is what members_dns resolves. */}}
+{{- define "limiter.headlessService" -}}
+{{- include "limiter.fullname" . }}
+{{- end }}
+
+{{/* NAME.NAMESPACE.svc.DOMAIN:PORT, resolving to every node's pod IP. */}}
+{{- define "limiter.membersDns" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "limiter.headlessService" .) .Release.Namespace .Values.clusterDomain (int .Values.ports.data) }}
+{{- end }}
+
+{{/* The Secret holding the cluster secret; fails rendering when none is configured. */}}
+{{- define "limiter.secretName" -}}
+{{- if .Values.secret.existingSecret }}
+{{- .Values.secret.existingSecret }}
+{{- else if .Values.secret.value }}
+{{- printf "%s-secret" (include "limiter.fullname" .) }}
+{{- else }}
+{{- fail "limiter: the cluster secret is missing: set secret.existingSecret (a Secret with the key 'secret') or secret.value (e.g. --set secret.value=$(openssl rand -hex 32))" }}
+{{- end }}
+{{- end }}
+
+{{- define "limiter.secretKey" -}}
+{{- if .Values.secret.existingSecret }}{{ .Values.secret.existingSecretKey | default "secret" }}{{ else }}secret{{ end }}
+{{- end }}
+
+{{/* Where things are mounted in the pods. */}}
+{{- define "limiter.configDir" -}}/etc/limiter{{- end }}
+{{- define "limiter.secretDir" -}}/var/run/limiter/secret{{- end }}
+{{- define "limiter.tlsDir" -}}/var/run/limiter/tls{{- end }}
+
+{{- define "limiter.tlsSecretName" -}}
+{{- required "limiter: tls.enabled needs tls.secretName (a kubernetes.io/tls Secret that also holds ca.crt)" .Values.tls.secretName }}
+{{- end }}
+
+{{/* The policy file's text, checked to be a YAML map with a policies list. */}}
+{{- define "limiter.policies" -}}
+{{- $parsed := fromYaml .Values.policies }}
+{{- if or (hasKey $parsed "Error") (not (kindIs "slice" (get $parsed "policies"))) }}
+{{- fail "limiter: values.policies must be a YAML policy file (a string) with a `policies:` list, see README \"Policy file\"" }}
+{{- end }}
+{{- .Values.policies }}
+{{- end }}
+
+{{/* The pod and container securityContext every pod of the chart uses. */}}
+{{- define "limiter.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "limiter.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}

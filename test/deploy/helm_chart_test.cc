@@ -1,0 +1,588 @@
+// The Helm chart in helm/: renders it with the helm binary named by $LIMITER_HELM (dev.sh
+// installs one into .cache/helm and sets it) and checks that the manifests fit together:
+// selectors match the pods, ports agree from the Service to limiterd's own config, the config
+// and secret are mounted where the config says, members_dns names the headless Service, and
+// a policy change rolls the pods. The rendered config and policy file are also loaded with
+// limiterd's own loaders, so a field the chart writes wrongly fails here, not in a cluster.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/policy_file.h"
+#include "server/config.h"
+
+namespace limiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char kChartDir[] = LIMITER_SOURCE_DIR "/helm";
+const char kSecret[] = "0123456789abcdef0123456789abcdef";
+const char kNamespace[] = "ns";
+
+struct Output {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Runs argv (no shell), capturing stdout and stderr separately.
+Output RunProgram(const std::vector<std::string>& argv) {
+  Output run;
+  int out_pipe[2], err_pipe[2];
+  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) {
+    run.err = "pipe failed";
+    return run;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::close(out_pipe[0]), ::close(out_pipe[1]), ::close(err_pipe[0]), ::close(err_pipe[1]);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&run.out, &run.err};
+  int open = 2;
+  while (open > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[8192];
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  int status = 0;
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid) {
+    run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  return run;
+}
+
+// The helm binary: $LIMITER_HELM, which must exist. A missing helm fails the test rather than
+// skipping it: a chart nobody renders is a chart nobody tests.
+std::string HelmPath() {
+  const char* helm = std::getenv("LIMITER_HELM");
+  if (helm == nullptr || *helm == '\0') return {};
+  return ::access(helm, X_OK) == 0 ? std::string(helm) : std::string();
+}
+
+// Helm's caches and config in a directory of the test's own, so that a run writes nothing
+// outside it and reads no user's repositories or plugins.
+fs::path HelmHome() {
+  return fs::path(::testing::TempDir()) / ("limiter_helm_" + std::to_string(::getpid()));
+}
+
+void IsolateHelm() {
+  const fs::path home = HelmHome();
+  fs::create_directories(home);
+  ::setenv("HELM_CACHE_HOME", (home / "cache").c_str(), 1);
+  ::setenv("HELM_CONFIG_HOME", (home / "config").c_str(), 1);
+  ::setenv("HELM_DATA_HOME", (home / "data").c_str(), 1);
+}
+
+Output Helm(std::vector<std::string> args) {
+  args.insert(args.begin(), HelmPath());
+  return RunProgram(args);
+}
+
+// `helm template t helm/ --namespace ns` with the given extra arguments.
+Output Template(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"template", "t", kChartDir, "--namespace", kNamespace};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Helm(args);
+}
+
+const std::vector<std::string> kAllOn = {
+    "--set", std::string("secret.value=") + kSecret, "--set", "tls.enabled=true",
+    "--set", "tls.secretName=limiter-tls", "--set", "serviceMonitor.enabled=true",
+    "--set", "bench.enabled=true", "--set", "bench.parallelism=3"};
+
+// The rendered objects, by kind and name.
+class Manifests {
+ public:
+  static Manifests Parse(const std::string& text) {
+    Manifests m;
+    for (const YAML::Node& doc : YAML::LoadAll(text)) {
+      if (!doc.IsMap()) continue;
+      m.docs_.push_back(doc);
+    }
+    return m;
+  }
+  std::vector<YAML::Node> OfKind(const std::string& kind) const {
+    std::vector<YAML::Node> found;
+    for (const YAML::Node& d : docs_) {
+      if (d["kind"].as<std::string>() == kind) found.push_back(d);
+    }
+    return found;
+  }
+  // The only object of a kind (an empty node, and a test failure, when not exactly one).
+  YAML::Node One(const std::string& kind) const {
+    std::vector<YAML::Node> found = OfKind(kind);
+    EXPECT_EQ(found.size(), 1u) << "objects of kind " << kind;
+    return found.size() == 1 ? found[0] : YAML::Node();
+  }
+  YAML::Node Named(const std::string& kind, const std::string& name) const {
+    for (const YAML::Node& d : OfKind(kind)) {
+      if (d["metadata"]["name"].as<std::string>() == name) return d;
+    }
+    ADD_FAILURE() << "no " << kind << " named " << name;
+    return YAML::Node();
+  }
+  // A ConfigMap by its app.kubernetes.io/component label.
+  YAML::Node ConfigMap(const std::string& component) const {
+    for (const YAML::Node& d : OfKind("ConfigMap")) {
+      if (d["metadata"]["labels"]["app.kubernetes.io/component"].as<std::string>() ==
+          component) {
+        return d;
+      }
+    }
+    ADD_FAILURE() << "no ConfigMap of component " << component;
+    return YAML::Node();
+  }
+
+ private:
+  std::vector<YAML::Node> docs_;
+};
+
+std::map<std::string, std::string> StringMap(const YAML::Node& node) {
+  std::map<std::string, std::string> m;
+  if (node.IsMap()) {
+    for (const auto& kv : node) m[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  }
+  return m;
+}
+
+// Every label of `selector` is on `labels` with the same value.
+::testing::AssertionResult Selects(const YAML::Node& selector, const YAML::Node& labels) {
+  const std::map<std::string, std::string> want = StringMap(selector);
+  const std::map<std::string, std::string> have = StringMap(labels);
+  if (want.empty()) return ::testing::AssertionFailure() << "empty selector";
+  for (const auto& [key, value] : want) {
+    auto it = have.find(key);
+    if (it == have.end() || it->second != value) {
+      return ::testing::AssertionFailure()
+             << "selector " << key << "=" << value << " does not match the labels "
+             << YAML::Dump(labels);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+int PortOf(const std::string& host_port) {
+  return std::atoi(host_port.substr(host_port.rfind(':') + 1).c_str());
+}
+
+// A container's argument following `flag`.
+std::string ArgAfter(const YAML::Node& container, const std::string& flag) {
+  const YAML::Node command = container["command"];
+  for (size_t i = 0; i + 1 < command.size(); ++i) {
+    if (command[i].as<std::string>() == flag) return command[i + 1].as<std::string>();
+  }
+  ADD_FAILURE() << "no " << flag << " in " << YAML::Dump(command);
+  return {};
+}
+
+// The container's port number named `name`.
+int ContainerPort(const YAML::Node& container, const std::string& name) {
+  for (const YAML::Node& p : container["ports"]) {
+    if (p["name"].as<std::string>() == name) return p["containerPort"].as<int>();
+  }
+  ADD_FAILURE() << "no container port named " << name;
+  return -1;
+}
+
+// The pod volume mounted at exactly `dir` in `container`.
+YAML::Node VolumeMountedAt(const YAML::Node& pod_spec, const YAML::Node& container,
+                           const std::string& dir) {
+  for (const YAML::Node& m : container["volumeMounts"]) {
+    if (m["mountPath"].as<std::string>() != dir) continue;
+    for (const YAML::Node& v : pod_spec["volumes"]) {
+      if (v["name"].as<std::string>() == m["name"].as<std::string>()) return v;
+    }
+  }
+  ADD_FAILURE() << "nothing is mounted at " << dir;
+  return YAML::Node();
+}
+
+// The key of a secret volume that appears as `file` in its directory.
+std::string SecretKeyFor(const YAML::Node& volume, const std::string& file) {
+  const YAML::Node items = volume["secret"]["items"];
+  if (!items) return file;  // every key, each as a file of its name
+  for (const YAML::Node& item : items) {
+    if (item["path"].as<std::string>() == file) return item["key"].as<std::string>();
+  }
+  ADD_FAILURE() << "secret volume " << volume["name"] << " holds no file " << file;
+  return {};
+}
+
+std::string Dir(const std::string& path) { return fs::path(path).parent_path().string(); }
+std::string Base(const std::string& path) { return fs::path(path).filename().string(); }
+
+class HelmChart : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    IsolateHelm();
+    if (HelmPath().empty()) return;
+    default_ = new Output(Template({"--set", std::string("secret.value=") + kSecret}));
+    all_on_ = new Output(Template(kAllOn));
+  }
+  static void TearDownTestSuite() {
+    delete default_;
+    delete all_on_;
+    default_ = all_on_ = nullptr;
+    std::error_code ignored;
+    fs::remove_all(HelmHome(), ignored);
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(HelmPath().empty())
+        << "LIMITER_HELM must name the helm binary (it is "
+        << (std::getenv("LIMITER_HELM") ? std::string("'") + std::getenv("LIMITER_HELM") +
+                                              "', which is not an executable file"
+                                        : std::string("unset"))
+        << "); ./dev.sh test installs helm into .cache/helm and sets it";
+    ASSERT_EQ(default_->status, 0) << default_->err;
+    ASSERT_EQ(all_on_->status, 0) << all_on_->err;
+  }
+
+  static Manifests Default() { return Manifests::Parse(default_->out); }
+  static Manifests AllOn() { return Manifests::Parse(all_on_->out); }
+
+  // Both renderings, for the checks that hold whatever the options.
+  static std::vector<std::pair<std::string, Manifests>> Both() {
+    return {{"default values", Default()}, {"tls, serviceMonitor and bench on", AllOn()}};
+  }
+
+  static Output* default_;
+  static Output* all_on_;
+};
+
+Output* HelmChart::default_ = nullptr;
+Output* HelmChart::all_on_ = nullptr;
+
+// The node config (limiterd.yaml) of the ConfigMap the StatefulSet's --config names.
+struct NodeConfigView {
+  YAML::Node statefulset, pod_spec, container, config_map, config;
+  std::string config_path;
+};
+
+NodeConfigView View(const Manifests& m) {
+  NodeConfigView v;
+  v.statefulset = m.One("StatefulSet");
+  v.pod_spec = v.statefulset["spec"]["template"]["spec"];
+  EXPECT_EQ(v.pod_spec["containers"].size(), 1u);
+  v.container = v.pod_spec["containers"][0];
+  v.config_path = ArgAfter(v.container, "--config");
+  const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(v.config_path));
+  v.config_map = m.Named("ConfigMap", volume["configMap"]["name"].as<std::string>());
+  v.config = YAML::Load(v.config_map["data"][Base(v.config_path)].as<std::string>());
+  return v;
+}
+
+TEST_F(HelmChart, LintPasses) {
+  Output plain = Helm({"lint", kChartDir});
+  EXPECT_EQ(plain.status, 0) << plain.out << plain.err;
+  Output strict = Helm({"lint", "--strict", kChartDir, "--set",
+                     std::string("secret.value=") + kSecret});
+  EXPECT_EQ(strict.status, 0) << strict.out << strict.err;
+  std::vector<std::string> all = {"lint", "--strict", kChartDir};
+  all.insert(all.end(), kAllOn.begin(), kAllOn.end());
+  Output all_on = Helm(all);
+  EXPECT_EQ(all_on.status, 0) << all_on.out << all_on.err;
+}
+
+TEST_F(HelmChart, RenderingWithoutASecretFailsWithTheChartsMessage) {
+  Output run = Template({});
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.err.find("the cluster secret is missing: set secret.existingSecret"),
+            std::string::npos)
+      << run.err;
+  Output tls = Template({"--set", std::string("secret.value=") + kSecret, "--set",
+                      "tls.enabled=true"});
+  EXPECT_NE(tls.status, 0);
+  EXPECT_NE(tls.err.find("tls.enabled needs tls.secretName"), std::string::npos) << tls.err;
+}
+
+TEST_F(HelmChart, RendersWhatItPromises) {
+  const Manifests d = Default();
+  EXPECT_EQ(d.OfKind("StatefulSet").size(), 1u);
+  EXPECT_EQ(d.OfKind("Service").size(), 1u);  // the headless one only
+  EXPECT_EQ(d.OfKind("ConfigMap").size(), 2u);
+  EXPECT_EQ(d.OfKind("Secret").size(), 1u);
+  EXPECT_EQ(d.OfKind("PodDisruptionBudget").size(), 1u);
+  EXPECT_TRUE(d.OfKind("ServiceMonitor").empty());
+  EXPECT_TRUE(d.OfKind("Job").empty());
+  EXPECT_EQ(d.One("StatefulSet")["spec"]["replicas"].as<int>(), 3);
+  EXPECT_EQ(d.One("PodDisruptionBudget")["spec"]["maxUnavailable"].as<int>(), 1);
+
+  const Manifests a = AllOn();
+  EXPECT_EQ(a.OfKind("ServiceMonitor").size(), 1u);
+  ASSERT_EQ(a.OfKind("Job").size(), 1u);
+  EXPECT_EQ(a.One("Job")["spec"]["parallelism"].as<int>(), 3);
+}
+
+TEST_F(HelmChart, SelectorsMatchThePods) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const YAML::Node sts = m.One("StatefulSet");
+    const YAML::Node pod_labels = sts["spec"]["template"]["metadata"]["labels"];
+    EXPECT_TRUE(Selects(sts["spec"]["selector"]["matchLabels"], pod_labels));
+    EXPECT_TRUE(Selects(m.One("Service")["spec"]["selector"], pod_labels));
+    EXPECT_TRUE(
+        Selects(m.One("PodDisruptionBudget")["spec"]["selector"]["matchLabels"], pod_labels));
+    for (const YAML::Node& c : sts["spec"]["template"]["spec"]["topologySpreadConstraints"]) {
+      EXPECT_EQ(c["topologyKey"].as<std::string>(), "kubernetes.io/hostname");
+      EXPECT_TRUE(Selects(c["labelSelector"]["matchLabels"], pod_labels));
+    }
+    // Bench pods must not join the nodes' Service (they would become members by DNS).
+    for (const YAML::Node& job : m.OfKind("Job")) {
+      EXPECT_FALSE(Selects(m.One("Service")["spec"]["selector"],
+                           job["spec"]["template"]["metadata"]["labels"]));
+    }
+    for (const YAML::Node& sm : m.OfKind("ServiceMonitor")) {
+      EXPECT_TRUE(Selects(sm["spec"]["selector"]["matchLabels"],
+                          m.One("Service")["metadata"]["labels"]));
+      EXPECT_EQ(sm["spec"]["endpoints"][0]["port"].as<std::string>(), "admin");
+      EXPECT_EQ(sm["spec"]["endpoints"][0]["path"].as<std::string>(), "/metrics");
+    }
+  }
+}
+
+TEST_F(HelmChart, PortsAgreeFromServiceToConfig) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    const int data = ContainerPort(v.container, "data");
+    const int admin = ContainerPort(v.container, "admin");
+    EXPECT_EQ(data, 7450);
+    EXPECT_EQ(admin, 7451);
+    std::map<std::string, int> service_ports;
+    for (const YAML::Node& p : m.One("Service")["spec"]["ports"]) {
+      const std::string name = p["name"].as<std::string>();
+      service_ports[name] = p["port"].as<int>();
+      // targetPort by name, or by number: either way the container's port of that name.
+      const std::string target = p["targetPort"].as<std::string>();
+      EXPECT_TRUE(target == name || target == std::to_string(ContainerPort(v.container, name)))
+          << "Service port " << name << " targets " << target;
+    }
+    EXPECT_EQ(service_ports, (std::map<std::string, int>{{"data", data}, {"admin", admin}}));
+    for (const char* probe : {"readinessProbe", "livenessProbe"}) {
+      const YAML::Node get = v.container[probe]["httpGet"];
+      ASSERT_TRUE(get.IsDefined()) << probe;
+      const std::string port = get["port"].as<std::string>();
+      EXPECT_TRUE(port == "admin" || port == std::to_string(admin)) << probe << " port " << port;
+    }
+    EXPECT_EQ(v.container["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
+    EXPECT_EQ(v.container["livenessProbe"]["httpGet"]["path"].as<std::string>(), "/healthz");
+    EXPECT_EQ(PortOf(v.config["listen"].as<std::string>()), data);
+    EXPECT_EQ(PortOf(v.config["admin"].as<std::string>()), admin);
+    EXPECT_EQ(ArgAfter(v.container, "--self"), "$(POD_IP):" + std::to_string(data));
+  }
+}
+
+TEST_F(HelmChart, SelfIsThePodIpFromTheDownwardApi) {
+  const NodeConfigView v = View(Default());
+  bool found = false;
+  for (const YAML::Node& e : v.container["env"]) {
+    if (e["name"].as<std::string>() != "POD_IP") continue;
+    found = true;
+    EXPECT_EQ(e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(), "status.podIP");
+  }
+  EXPECT_TRUE(found) << "no POD_IP in the container's env";
+}
+
+TEST_F(HelmChart, ConfigMapIsMountedWhereConfigPointsAndHoldsThePolicies) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    EXPECT_EQ(v.config_path, "/etc/limiter/limiterd.yaml");
+    ASSERT_TRUE(v.config.IsMap()) << v.config_map["data"];
+    const std::string policies = v.config["policies"].as<std::string>();
+    EXPECT_FALSE(fs::path(policies).is_absolute()) << "policies: is relative to the config";
+    EXPECT_TRUE(v.config_map["data"][policies].IsDefined())
+        << "policies: " << policies << " is not a key of ConfigMap "
+        << v.config_map["metadata"]["name"];
+    // The gateways load the very same policy file.
+    EXPECT_EQ(m.ConfigMap("gateway-config")["data"]["policies.yaml"].as<std::string>(),
+              v.config_map["data"][policies].as<std::string>());
+  }
+}
+
+TEST_F(HelmChart, MembersDnsNamesTheHeadlessService) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    const YAML::Node service = m.One("Service");
+    EXPECT_EQ(service["spec"]["clusterIP"].as<std::string>(), "None");
+    EXPECT_TRUE(service["spec"]["publishNotReadyAddresses"].as<bool>());
+    const std::string name = service["metadata"]["name"].as<std::string>();
+    EXPECT_EQ(v.statefulset["spec"]["serviceName"].as<std::string>(), name);
+    const std::string want = name + "." + kNamespace + ".svc.cluster.local:7450";
+    EXPECT_EQ(v.config["members_dns"].as<std::string>(), want);
+
+    const YAML::Node gateway = m.ConfigMap("gateway-config");
+    const YAML::Node client = YAML::Load(gateway["data"]["client.yaml"].as<std::string>());
+    EXPECT_EQ(client["members_dns"].as<std::string>(), want);
+    EXPECT_NE(gateway["data"]["client.env"].as<std::string>().find("LIMITER_MEMBERS_DNS=" + want),
+              std::string::npos);
+    EXPECT_EQ(client["policy_file"].as<std::string>(), "/etc/limiter/policies.yaml");
+    EXPECT_EQ(client["secret_file"].as<std::string>(), v.config["secret_file"].as<std::string>());
+    for (const YAML::Node& job : m.OfKind("Job")) {
+      EXPECT_EQ(ArgAfter(job["spec"]["template"]["spec"]["containers"][0], "--cluster"), want);
+    }
+  }
+}
+
+TEST_F(HelmChart, SecretIsMountedWhereSecretFilePoints) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    const std::string secret_file = v.config["secret_file"].as<std::string>();
+    const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(secret_file));
+    ASSERT_TRUE(volume["secret"].IsDefined()) << "not a secret volume: " << volume;
+    const YAML::Node secret =
+        m.Named("Secret", volume["secret"]["secretName"].as<std::string>());
+    EXPECT_TRUE(secret["data"][SecretKeyFor(volume, Base(secret_file))].IsDefined())
+        << "the Secret has no key for " << secret_file;
+    for (const YAML::Node& mount : v.container["volumeMounts"]) {
+      EXPECT_TRUE(mount["readOnly"].as<bool>()) << mount;
+      EXPECT_FALSE(mount["subPath"].IsDefined()) << "a subPath mount never sees a rotation";
+    }
+    // The bench reads the secret the same way.
+    for (const YAML::Node& job : m.OfKind("Job")) {
+      const YAML::Node spec = job["spec"]["template"]["spec"];
+      const std::string file = ArgAfter(spec["containers"][0], "--secret-file");
+      const YAML::Node bench_volume = VolumeMountedAt(spec, spec["containers"][0], Dir(file));
+      EXPECT_EQ(bench_volume["secret"]["secretName"].as<std::string>(),
+                volume["secret"]["secretName"].as<std::string>());
+      EXPECT_EQ(SecretKeyFor(bench_volume, Base(file)), SecretKeyFor(volume, Base(secret_file)));
+    }
+  }
+}
+
+TEST_F(HelmChart, AnExistingSecretIsUsedAndNoneIsCreated) {
+  Output run = Template({"--set", "secret.existingSecret=mine", "--set",
+                      "secret.existingSecretKey=cluster-secret"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const Manifests m = Manifests::Parse(run.out);
+  EXPECT_TRUE(m.OfKind("Secret").empty());
+  const NodeConfigView v = View(m);
+  const std::string secret_file = v.config["secret_file"].as<std::string>();
+  const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(secret_file));
+  EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "mine");
+  EXPECT_EQ(SecretKeyFor(volume, Base(secret_file)), "cluster-secret");
+}
+
+TEST_F(HelmChart, TlsFilesAreMountedWhereTheConfigPoints) {
+  const Manifests m = AllOn();
+  const NodeConfigView v = View(m);
+  ASSERT_TRUE(v.config["tls"].IsMap());
+  for (const char* field : {"cert", "key", "client_ca"}) {
+    const std::string file = v.config["tls"][field].as<std::string>();
+    const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(file));
+    EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "limiter-tls") << field;
+    EXPECT_FALSE(SecretKeyFor(volume, Base(file)).empty()) << field;
+  }
+  EXPECT_FALSE(View(Default()).config["tls"].IsDefined());
+}
+
+TEST_F(HelmChart, ChecksumAnnotationFollowsThePolicies) {
+  const std::string base = "policies:\n  - name: a\n    algorithm: gcra\n    window: 1s\n"
+                           "    class: contract\n    limit: ";
+  auto checksum = [&](const std::string& limit) {
+    Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set-string",
+                        "policies=" + base + limit + "\n"});
+    EXPECT_EQ(run.status, 0) << run.err;
+    const Manifests m = Manifests::Parse(run.out);
+    const NodeConfigView v = View(m);
+    EXPECT_EQ(v.config_map["data"]["policies.yaml"].as<std::string>(), base + limit + "\n");
+    return v.statefulset["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        .as<std::string>("");
+  };
+  const std::string five = checksum("5");
+  EXPECT_EQ(five.size(), 64u) << five;
+  EXPECT_NE(checksum("6"), five);
+  EXPECT_EQ(checksum("5"), five);
+}
+
+TEST_F(HelmChart, PodsAreLockedDown) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    std::vector<YAML::Node> pods = {m.One("StatefulSet")["spec"]["template"]["spec"]};
+    for (const YAML::Node& job : m.OfKind("Job")) pods.push_back(job["spec"]["template"]["spec"]);
+    for (const YAML::Node& pod : pods) {
+      EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>());
+      EXPECT_EQ(pod["securityContext"]["runAsUser"].as<int>(), 65532);
+      EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"].as<std::string>(),
+                "RuntimeDefault");
+      for (const YAML::Node& c : pod["containers"]) {
+        const YAML::Node s = c["securityContext"];
+        EXPECT_TRUE(s["runAsNonRoot"].as<bool>());
+        EXPECT_EQ(s["runAsUser"].as<int>(), 65532);
+        EXPECT_TRUE(s["readOnlyRootFilesystem"].as<bool>());
+        EXPECT_FALSE(s["allowPrivilegeEscalation"].as<bool>(true));
+        EXPECT_EQ(s["capabilities"]["drop"][0].as<std::string>(), "ALL");
+        EXPECT_EQ(c["image"].as<std::string>(), "limiter:0.1.0");
+      }
+    }
+  }
+}
+
+// The rendered config and policy file, written out as mounted, load with limiterd's own
+// loaders and say what the chart meant.
+TEST_F(HelmChart, RenderedConfigLoadsInLimiterd) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    const fs::path dir = fs::path(::testing::TempDir()) /
+                         ("limiter_chart_" + std::to_string(::getpid())) / "etc-limiter";
+    fs::create_directories(dir);
+    for (const auto& kv : v.config_map["data"]) {
+      std::ofstream(dir / kv.first.as<std::string>()) << kv.second.as<std::string>();
+    }
+    Result<NodeConfig> config = LoadNodeConfig((dir / Base(v.config_path)).string());
+    ASSERT_TRUE(config) << config.error();
+    EXPECT_EQ(config->server.listen, "0.0.0.0:7450");
+    EXPECT_EQ(config->server.admin, "0.0.0.0:7451");
+    EXPECT_EQ(config->server.members_dns, v.config["members_dns"].as<std::string>());
+    EXPECT_EQ(config->secret_file, "/var/run/limiter/secret/secret");
+    EXPECT_EQ(config->server.threads, 2);
+    EXPECT_EQ(config->server.idle_timeout_ms, 60'000);
+    EXPECT_EQ(config->server.frame_timeout_ms, 10'000);
+    EXPECT_EQ(fs::path(config->policies_path), dir / "policies.yaml");
+    Result<PolicySet> policies = LoadPolicyFile(config->policies_path);
+    EXPECT_TRUE(policies) << policies.error();
+    fs::remove_all(dir.parent_path());
+  }
+}
+
+}  // namespace
+}  // namespace limiter
