@@ -2,7 +2,7 @@
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, runs.
 #   ./dev.sh main    the main job (Release build): the 50k scenario on a local 3-node cluster
 #   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror; the client also under
-#                    TSan), what CI runs
+#                    TSan; then the container stack, deploy/stack-test.sh), what CI runs
 #   ./dev.sh bench   the micro benchmarks (Release build)
 #   ./dev.sh fuzz    the frame fuzzer (clang++, libFuzzer) for FUZZ_SECONDS (600) on a copy of
 #                    the seed corpus; extra arguments go to the fuzzer
@@ -84,6 +84,10 @@ case "${1:-}" in
       -DLIMITER_SANITIZE=thread -- limiter_client_tests limiter_client_integration_tests limiterd
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/test/limiter_client_tests
     TSAN_OPTIONS="halt_on_error=1" build-tsan/test/limiter_client_integration_tests
+    # The container stack: the image (podman, a cached debootstrap base), three nodes and the
+    # gateway by compose, checks through both, a node restarted under load, torn down
+    # (about 2 minutes, most of it the image's build stage).
+    deploy/stack-test.sh
     ;;
   bench)
     install_missing

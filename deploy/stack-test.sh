@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The compose stack end to end, as a test: builds the image (deploy/build-image.sh), brings up
+# three nodes and the gateway, checks through the client library (limiterctl check --cluster)
+# and through the gateway, restarts a node under load, and tears everything down, leaving
+# nothing running. Exits non-zero with a message at the first step that does not hold.
+#   deploy/stack-test.sh        GATEWAY_PORT (default 18080) is the host port of the gateway
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROJECT=limiterstack
+export GATEWAY_PORT="${GATEWAY_PORT:-18080}"
+URL="http://127.0.0.1:$GATEWAY_PORT"
+log() { echo "stack-test: $*" >&2; }
+fail() { log "FAILED: $*"; exit 1; }
+
+teardown() {
+  podman-compose -p "$PROJECT" down >/dev/null 2>&1 || true
+  podman ps -a --format '{{.Names}}' | grep "^${PROJECT}_" | xargs -r podman rm -f >/dev/null 2>&1 || true
+  podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+}
+
+start=$(date +%s)
+deploy/build-image.sh
+teardown  # a stack left by an interrupted run
+trap teardown EXIT
+log "compose up"
+podman-compose -p "$PROJECT" up -d limiterd gateway >/dev/null 2>&1 || fail "podman-compose up"
+
+# The gateway answers once its members are resolved and a node is reachable.
+for _ in $(seq 100); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: warm' -H 'X-Tenant: warm' \
+    "$URL/api/warm" || true)
+  [ "$code" = 200 ] && break
+  sleep 0.2
+done
+[ "$code" = 200 ] || fail "the gateway did not admit a request within 20 s (last status $code)"
+
+in_gateway() { podman exec "${PROJECT}_gateway_1" bash -c "$1"; }
+members='$(getent ahostsv4 limiterd | while read -r ip _; do echo $ip:7450; done | sort -u | paste -sd, -)'
+
+# Three nodes on one ring: each adopts the member list its DNS answers give it (re-resolved
+# every 5 s), so the nodes that started first converge within a refresh or two.
+for _ in $(seq 60); do
+  ring=$(in_gateway "limiterctl ring --json --secret-file /run/secrets/limiter_secret --cluster $members")
+  nodes=$(grep -o '"state":"ok"' <<<"$ring" | wc -l)
+  [ "$nodes" -eq 3 ] && break
+  sleep 0.5
+done
+[ "$nodes" -eq 3 ] || fail "after 30 s, $nodes of 3 nodes have the ring: $ring"
+
+# Through the client library: api_key (burst 200, 100/s) admits its burst and denies the rest.
+check=$(in_gateway "limiterctl check --json --secret-file /run/secrets/limiter_secret \
+  --cluster $members --policy-file /etc/limiter/policies.yaml --policy api_key --tenant acme \
+  --key stack-test -n 400 --deadline-ms 1000")
+log "limiterctl check: $check"
+grep -q '"errors":0' <<<"$check" || fail "limiterctl check had errors: $check"
+allowed=$(sed -n 's/.*"allowed":\([0-9]*\).*/\1/p' <<<"$check")
+denied=$(sed -n 's/.*"denied":\([0-9]*\).*/\1/p' <<<"$check")
+[ "$allowed" -ge 200 ] && [ "$denied" -ge 1 ] || fail "expected the burst admitted and the rest denied: $check"
+
+# Through the gateway: reports cost 20 of api_key's burst of 200 (refilled at 100/s): 200s,
+# then 429s with Retry-After.
+report=(-H 'X-Api-Key: k1' -H 'X-Tenant: gw' -H 'X-Operation: report')
+codes=$(for _ in $(seq 60); do
+  curl -s -o /dev/null -w '%{http_code}\n' "${report[@]}" "$URL/api/orders"
+done | sort | uniq -c)
+log "gateway, 60 reports on one key: $(tr '\n' ' ' <<<"$codes")"
+grep -qw 200 <<<"$codes" && grep -qw 429 <<<"$codes" || fail "expected 200s then 429s: $codes"
+for _ in $(seq 20); do
+  headers=$(curl -si "${report[@]}" "$URL/api/orders")
+  grep -q '^HTTP/1.1 429' <<<"$headers" && break
+done
+grep -qi '^retry-after:' <<<"$headers" || fail "a 429 without Retry-After: $headers"
+
+# A node restarted under load: every request is still answered (200 or 429, by the store or
+# by fallback), none fails.
+( for i in $(seq 150); do
+    curl -s -o /dev/null -w '%{http_code}\n' -H "X-Api-Key: r$i" -H "X-Tenant: t$((i % 8))" \
+      "$URL/api/orders"
+    sleep 0.02
+  done > /tmp/limiter-stack-restart.$$ ) &
+load=$!
+sleep 1
+podman restart "${PROJECT}_limiterd_2" >/dev/null
+wait "$load"
+restart_codes=$(sort /tmp/limiter-stack-restart.$$ | uniq -c)
+rm -f /tmp/limiter-stack-restart.$$
+log "150 requests while node 2 restarted: $(tr '\n' ' ' <<<"$restart_codes")"
+bad=$(awk '$2 != 200 && $2 != 429' <<<"$restart_codes")
+[ -z "$bad" ] || fail "requests failed during the restart: $restart_codes"
+
+teardown
+trap - EXIT
+left=$(podman ps -a --format '{{.Names}}' | grep -c "^${PROJECT}_" || true)
+[ "$left" -eq 0 ] || fail "$left containers left after teardown"
+log "passed in $(( $(date +%s) - start )) s"
