@@ -301,17 +301,19 @@ void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Set
   for (const Bucket::Waiter& w : b.waiters) b.waiting_units += w.cost;
 }
 
+void LeaseBuckets::Keep(Bucket& b, const Grant& g, int64_t now_us) {
+  b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
+                       g.granted, g.sub});
+  b.units += g.granted;
+  ClientCounters::Add(counters_.leases);
+  ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
+}
+
 LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int64_t now_us) {
   return Settle(id, [&](Shard& shard, Bucket& b, Settled& s) {
     b.lease_in_flight = false;
     const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-    if (g.granted > 0) {
-      b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
-                           g.granted, g.sub});
-      b.units += g.granted;
-      ClientCounters::Add(counters_.leases);
-      ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
-    }
+    if (g.granted > 0) Keep(b, g, now_us);
     b.lease_size = std::max(p.LeaseSize(), g.suggested_lease);
     b.store_remaining = g.store_remaining;
     if (b.last_reply_us > 0 && now_us > b.last_reply_us) {
@@ -361,11 +363,7 @@ LeaseBuckets::Settled LeaseBuckets::OnLateGrant(const KeyId& id, const Ask& ask,
     b.tenant = ask.tenant;
     b.lease_size = policies_.policies()[static_cast<size_t>(ask.policy)].LeaseSize();
   }
-  b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
-                       g.granted, g.sub});
-  b.units += g.granted;
-  ClientCounters::Add(counters_.leases);
-  ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
+  Keep(b, g, now_us);
   ClientCounters::Add(counters_.late_grants_kept);
   b.Expire(now_us, &shard.expired);
   ServeWaiters(b, /*owner_short=*/false, now_us, s);

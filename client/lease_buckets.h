@@ -152,6 +152,8 @@ class LeaseBuckets {
   bool Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us, client::Decision* out,
              bool* refill);
   void SweepIdle(Shard& shard, int64_t now_us);
+  // Puts a grant's units into the bucket (with its shard locked), counted as leased.
+  void Keep(Bucket& b, const Grant& g, int64_t now_us);
   // Runs f(shard, bucket, settled) with the bucket's shard locked; nothing when it is gone.
   template <class F>
   Settled Settle(const KeyId& id, F&& f);

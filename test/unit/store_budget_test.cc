@@ -365,6 +365,22 @@ TEST(KeyIdSeed, IsDrawnPerProcessNotThePublicConstant) {
   EXPECT_EQ(KeyIdSeed(), KeyIdSeed());
 }
 
+// One CHECK of (policy, key) through the node: its status and error.
+std::pair<wire::Status, std::string> CheckOnce(Node& node, Node::Worker& worker,
+                                               const std::string& policy, const std::string& key) {
+  RequestBuilder b;
+  b.Check(1, policy, key);
+  std::vector<uint8_t> out;
+  node.HandleFrame(worker, b.Finish(), out);
+  const FrameResult f = DecodeFrame(out, 1u << 20);
+  std::vector<uint64_t> aligned;
+  const wire::Reply* r = VerifiedReply(f.body, aligned);
+  EXPECT_NE(r, nullptr);
+  if (r == nullptr) return {wire::Status::BadRequest, "no reply"};
+  const wire::OpReply* op = r->ops()->Get(0);
+  return {op->status(), op->error() ? op->error()->str() : std::string()};
+}
+
 // Through the node: the counts in STATS and /metrics, and the refusal message.
 TEST(StoreBudget, TheNodeReportsEachPolicysKeysAndRefusals) {
   const PolicySet p = Parse(R"(
@@ -379,19 +395,8 @@ policies:
   options.store.stripes = 4;
   Node node(p, clock, options);
   Node::Worker& worker = node.AddWorker();
-  RequestBuilder b;
-  std::vector<uint8_t> out;
-  std::vector<uint64_t> aligned;
   auto check = [&](const std::string& policy, const std::string& key) {
-    b.Clear();
-    b.Check(1, policy, key);
-    out.clear();
-    node.HandleFrame(worker, b.Finish(), out);
-    const FrameResult f = DecodeFrame(out, 1u << 20);
-    const wire::Reply* r = VerifiedReply(f.body, aligned);
-    EXPECT_NE(r, nullptr);
-    const wire::OpReply* op = r->ops()->Get(0);
-    return std::make_pair(op->status(), op->error() ? op->error()->str() : std::string());
+    return CheckOnce(node, worker, policy, key);
   };
   int refused = 0;
   std::string message;
@@ -460,19 +465,7 @@ policies:
   options.store.stripes = 1;
   Node node(p, clock, options);
   Node::Worker& worker = node.AddWorker();
-  RequestBuilder b;
-  std::vector<uint8_t> out;
-  std::vector<uint64_t> aligned;
-  auto check = [&](const std::string& key) {
-    b.Clear();
-    b.Check(1, "cheap", key);
-    out.clear();
-    node.HandleFrame(worker, b.Finish(), out);
-    const FrameResult f = DecodeFrame(out, 1u << 20);
-    const wire::Reply* r = VerifiedReply(f.body, aligned);
-    EXPECT_NE(r, nullptr);
-    return r ? r->ops()->Get(0)->status() : wire::Status::BadRequest;
-  };
+  auto check = [&](const std::string& key) { return CheckOnce(node, worker, "cheap", key).first; };
   auto passes = [&] {
     for (const auto& [name, value] : node.Stats())
       if (name == "reclaim_passes") return value;
