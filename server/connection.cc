@@ -83,7 +83,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if ((in_.size() > 0 || handshaking_) && !closing_ &&
         now - frame_started_ >= set_.frame_timeout_) {
       set_.frame_timeouts_.Add();
-      Close();
+      // A handshake that timed out is counted and its slot freed before the peer sees the
+      // close, not when the aborted wait's handler runs.
+      if (handshaking_) {
+        FailHandshake();
+      } else {
+        Close();
+      }
     } else if (now - last_read_ >= set_.idle_timeout_) {
       set_.idle_timeouts_.Add();
       Close();
