@@ -306,8 +306,9 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
       [[fallthrough]];
     case OpAnswer::Status::kUnknownPolicy:
     case OpAnswer::Status::kKeysExhausted:
-      // The owner cannot answer for this key now (a ring or policy change under way, a
-      // full node): the class decides, as when it is down (I4).
+    case OpAnswer::Status::kMoving:
+      // The owner cannot answer for this key now (a ring or policy change under way, the
+      // key being handed to it, a full node): the class decides, as when it is down (I4).
       ClientCounters::Add(counters_.store_errors);
       return Fallback(r, std::move(*done));
     case OpAnswer::Status::kSplit: {
@@ -472,7 +473,8 @@ void ClientCore::Reconcile(const std::string& address) {
            const int64_t paid = answered && a.status == OpAnswer::Status::kOk ? a.granted : 0;
            // A node that refuses the lease outright (the policy is strict there) never will.
            const bool refused = answered && a.status != OpAnswer::Status::kOk &&
-                                a.status != OpAnswer::Status::kKeysExhausted;
+                                a.status != OpAnswer::Status::kKeysExhausted &&
+                                a.status != OpAnswer::Status::kMoving;
            const int64_t now = scheduler_.NowUs();
            if (!fallbacks_.SettleDebt(id, paid, refused, now + options_.reconcile_retry_us)) {
              scheduler_.After(options_.reconcile_retry_us, [this, address] { Reconcile(address); });

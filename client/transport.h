@@ -49,6 +49,7 @@ struct OpAnswer {
     kKeysExhausted,
     kWrongOwner,
     kSplit,  // the key is split: nothing charged, use its sub-buckets
+    kMoving,  // the key is being handed to this node by its last owner: nothing charged
   };
   Status status = Status::kOk;
   std::string error;

@@ -138,6 +138,14 @@ Mac ClientProof(std::string_view secret, Bytes challenge, Bytes nonce) {
   return Hmac(secret, {AsBytes(kHelloLabel), challenge, nonce});
 }
 
+uint64_t KeyIdSeedOf(std::string_view secret) {
+  if (secret.empty()) return 0x6c696d697465723a;  // "limiter:": no secret, nothing to hide
+  const Mac mac = Hmac(secret, {AsBytes("limiter key-id seed v1")});
+  uint64_t seed = 0;
+  for (int i = 0; i < 8; ++i) seed = seed << 8 | mac[static_cast<size_t>(i)];
+  return seed;
+}
+
 Mac NodeProof(std::string_view secret, Bytes challenge, Bytes nonce) {
   return Hmac(secret, {AsBytes(kNodeLabel), challenge, nonce});
 }

@@ -64,6 +64,9 @@ bool EqualConstantTime(Bytes a, Bytes b);
 
 Mac ClientProof(std::string_view secret, Bytes challenge, Bytes nonce);
 Mac NodeProof(std::string_view secret, Bytes challenge, Bytes nonce);
+// The cluster's key-id seed (key_id.h) from its secret: secret-derived, so that nobody outside
+// the cluster can compute key ids; a fixed one for an empty secret.
+uint64_t KeyIdSeedOf(std::string_view secret);
 // The index of the secret in `secrets` that made `proof`, or -1. Every secret is tried, so
 // the time taken does not say which matched.
 int MatchClientProof(const Secrets& secrets, Bytes challenge, Bytes nonce, Bytes proof);

@@ -2,16 +2,39 @@
 
 #include <xxhash.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 
 namespace limiter {
+namespace {
+
+std::atomic<bool> seed_used{false};
+uint64_t seed_value = [] {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32 | rd()) ^ 0x6b65792d69643a31;  // "key-id:1"
+}();
+
+}  // namespace
 
 uint64_t KeyIdSeed() {
-  static const uint64_t seed = [] {
-    std::random_device rd;
-    return (uint64_t{rd()} << 32 | rd()) ^ 0x6b65792d69643a31;  // "key-id:1"
-  }();
-  return seed;
+  // Read first: the flag's cache line stays shared between the threads making ids.
+  if (!seed_used.load(std::memory_order_relaxed)) seed_used.store(true);
+  return seed_value;
+}
+
+void SetKeyIdSeed(uint64_t seed) {
+  if (seed_used.load() && seed != seed_value) {
+    std::fprintf(stderr, "SetKeyIdSeed after a key id was made with another seed\n");
+    std::abort();
+  }
+  seed_value = seed;
+}
+
+uint64_t KeyIdSeedDigest() {
+  const uint64_t seed = KeyIdSeed();
+  return XXH3_64bits_withSeed(&seed, sizeof(seed), 0x7365656420646967);  // "seed dig"
 }
 
 KeyId MakeKeyId(std::initializer_list<std::string_view> parts) {

@@ -1,9 +1,15 @@
 // KeyId: a 128-bit xxh3 of a key's parts (policy, key, ...), each hashed in turn, under a
-// seed drawn at random once per process. The node keys its store (stripe and table slot) by
-// it and the client its local buckets, so no key string is kept; the random seed keeps the
-// store's probe chains from being computed offline by someone choosing keys. A KeyId
-// therefore means nothing in another process: never store one or send one (routing uses the
-// ring's own, unseeded hash of the routing key, the same everywhere: ring.h).
+// seed. The node keys its store (stripe and table slot) by it and the client its local
+// buckets, so no key string is kept; the seed keeps the store's probe chains from being
+// computed offline by someone choosing keys.
+//
+// The seed is drawn at random once per process, unless the process sets the cluster's
+// (SetKeyIdSeed, limiterd: derived from the cluster secret) before it makes any id: then every
+// node of the cluster makes the same id for the same key, and a node giving a key up can hand
+// its state to the next owner by id (server/handoff.h). A client's ids stay its own.
+//
+// The top kSlotBits of `hi` are the ring slot of the key's routing key (Ring::SlotOf), so that
+// a node can tell, from the id alone, which node owns the key under any ring.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +32,24 @@ struct KeyIdHash {
 // Never all zero (that marks an empty slot). Precondition: at least one part.
 KeyId MakeKeyId(std::initializer_list<std::string_view> parts);
 
-// This process's seed (tests).
+inline constexpr int kSlotBits = 18;  // Ring::kSlots == 1 << kSlotBits
+// `id` with its ring slot set (slot < 2^kSlotBits).
+inline KeyId WithRingSlot(KeyId id, uint32_t slot) {
+  constexpr uint64_t kLow = (uint64_t{1} << (64 - kSlotBits)) - 1;
+  id.hi = (id.hi & kLow) | (uint64_t{slot} << (64 - kSlotBits));
+  if ((id.lo | id.hi) == 0) id.lo = 1;
+  return id;
+}
+inline uint32_t RingSlotOf(const KeyId& id) {
+  return static_cast<uint32_t>(id.hi >> (64 - kSlotBits));
+}
+
+// This process's seed.
 uint64_t KeyIdSeed();
+// Sets the seed; only before the first id is made (a crash otherwise). limiterd calls it at
+// start with the cluster's seed.
+void SetKeyIdSeed(uint64_t seed);
+// A digest of the seed that does not reveal it, for two nodes to compare theirs.
+uint64_t KeyIdSeedDigest();
 
 }  // namespace limiter

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "common/rate.h"
+#include "common/ring.h"
 
 namespace limiter::protocol {
 namespace {
@@ -36,7 +37,10 @@ KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenan
 }
 
 KeyId LimitIdOfRequest(std::string_view policy, std::string_view key, std::string_view tenant) {
-  return tenant.empty() ? MakeKeyId({policy, key}) : MakeKeyId({policy, tenant, key});
+  // The routing key is the tenant when there is one (RoutingKey): its slot goes in the id.
+  return tenant.empty()
+             ? WithRingSlot(MakeKeyId({policy, key}), Ring::SlotOf(key))
+             : WithRingSlot(MakeKeyId({policy, tenant, key}), Ring::SlotOf(tenant));
 }
 
 KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {
@@ -45,7 +49,10 @@ KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {
 
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index) {
   char e[24], i[24];
-  return MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)});
+  std::string routing;
+  AppendSubBucketRoutingKey(routing, key, index);
+  return WithRingSlot(MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)}),
+                      Ring::SlotOf(routing));
 }
 
 std::optional<std::string> KeyError(std::string_view key, std::string_view where) {

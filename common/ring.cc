@@ -56,8 +56,8 @@ Ring::Ring(std::vector<std::string> members) : members_(std::move(members)) {
   }
 }
 
-size_t Ring::OwnerIndex(std::string_view routing_key) const {
-  return table_[XXH3_64bits(routing_key.data(), routing_key.size()) & (kSlots - 1)];
+uint32_t Ring::SlotOf(std::string_view routing_key) {
+  return static_cast<uint32_t>(XXH3_64bits(routing_key.data(), routing_key.size()) & (kSlots - 1));
 }
 
 std::vector<double> Ring::Shares() const {

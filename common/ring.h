@@ -37,8 +37,11 @@ class Ring {
   // A digest of the member set; 0 only for an empty ring.
   uint64_t version() const { return version_; }
 
+  // The table slot a routing key maps to: the same under every ring.
+  static uint32_t SlotOf(std::string_view routing_key);
   // Index into members() of the owner of `routing_key`. Precondition: !empty().
-  size_t OwnerIndex(std::string_view routing_key) const;
+  size_t OwnerIndex(std::string_view routing_key) const { return table_[SlotOf(routing_key)]; }
+  size_t OwnerOfSlot(uint32_t slot) const { return table_[slot]; }
   const std::string& Owner(std::string_view routing_key) const {
     return members_[OwnerIndex(routing_key)];
   }

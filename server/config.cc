@@ -20,7 +20,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                                   "idle_timeout", "frame_timeout", "max_connections", "max_frame",
                                   "members", "generation", "members_dns", "self", "hot_keys",
                                   "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
-                                  "max_reply_bytes", "tls", "max_tls_handshakes"});
+                                  "max_reply_bytes", "tls", "max_tls_handshakes",
+                                  "handoff_deadline"});
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
       return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
@@ -48,6 +49,14 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.server.idle_timeout_ms = r.DurationMs(f, name);
       } else if (name == "frame_timeout") {
         c.server.frame_timeout_ms = r.DurationMs(f, name);
+      } else if (name == "handoff_deadline") {
+        // 0 turns the hand-off off; DurationMs wants a positive duration.
+        if (f.value.IsScalar() && (f.value.Scalar() == "0" || f.value.Scalar() == "0s")) {
+          c.node.handoff_deadline_ms = 0;
+        } else {
+          c.node.handoff_deadline_ms = r.DurationMs(f, name);
+          if (c.node.handoff_deadline_ms > 600'000) r.Fail(f.value, name, "at most 10m");
+        }
       } else if (name == "max_connections") {
         c.server.max_connections = r.PositiveInt(f, name);
       } else if (name == "members") {

@@ -27,6 +27,8 @@
 //     key: node.key              # and its key
 //     client_ca: ca.pem          # optional: clients must present a certificate it signed
 //   max_tls_handshakes: 1000     # in progress at once (tens of KiB each); more: closed
+//   handoff_deadline: 10s        # leaving (SIGTERM) or joining, keys reach their new owner
+//                                # within this, or start fresh there; 0: no hand-off
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)

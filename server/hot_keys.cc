@@ -150,6 +150,7 @@ void Node::StartSplit(int policy, const std::string& key, int64_t rate, int64_t 
 
 void Node::Tick() {
   const int64_t now = clock_.NowMs();
+  ExpireWaits(now);
   std::lock_guard<std::mutex> tick_lock(hot_mu_);
   const int64_t elapsed = std::max<int64_t>(1, now - last_tick_ms_);
   last_tick_ms_ = now;

@@ -12,6 +12,7 @@
 
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/key_id.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
 #include "server/config.h"
@@ -66,6 +67,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--members-dns", members_dns, "Or NAME:PORT resolving to every node, re-resolved");
   app.add_option("--self", self, "This node's HOST:PORT among the members");
+  int64_t handoff_deadline_ms = -1;
+  app.add_option("--handoff-deadline-ms", handoff_deadline_ms,
+                 "Hand-off on leave (SIGTERM) and join: how long keys may take to reach their "
+                 "new owner, and a joining node waits for them, before they start fresh; 0 "
+                 "turns the hand-off off (default 10000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{600'000}));
   int64_t hot_split_above = -1;
   int hot_split = 0;
   app.add_option("--hot-split-above", hot_split_above,
@@ -128,6 +135,7 @@ int main(int argc, char** argv) {
   if (generation >= 0) config.node.generation = static_cast<uint64_t>(generation);
   if (!members_dns.empty()) config.server.members_dns = members_dns;
   if (!self.empty()) config.node.self = self;
+  if (handoff_deadline_ms >= 0) config.node.handoff_deadline_ms = handoff_deadline_ms;
   if (hot_split_above >= 0) config.node.hot.split_above = hot_split_above;
   if (hot_split > 0) config.node.hot.split_k = hot_split;
   if ((!config.node.members.empty() || !config.server.members_dns.empty()) &&
@@ -170,6 +178,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   config.node.secrets = secret->secrets;
+  // Every node of the cluster makes the same key id for a key (key_id.h), so that a node can
+  // hand a key's state to another by id: the seed comes from the cluster secret the node
+  // starts with (a constant without one, a cluster that trusts every peer anyway).
+  limiter::SetKeyIdSeed(limiter::auth::KeyIdSeedOf(
+      secret->secrets.empty() ? std::string_view() : secret->secrets.values.front()));
+  const bool in_cluster = !config.node.members.empty() || !config.server.members_dns.empty();
+  config.node.join_gate = in_cluster && config.node.handoff_deadline_ms > 0;
   if (secret->secrets.empty() && config.server.tls.ca_file.empty() && !config.insecure) {
     // Protected mode: a node that authenticates nobody (no secret, no client certificates)
     // trusts every peer, so it stays on loopback.

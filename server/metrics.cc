@@ -49,7 +49,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   std::array<std::array<uint64_t, 3>, kOpTypes + 1> ops{};
   std::array<uint64_t, kBadFrameKinds> bad{};
   uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
-  uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0;
+  uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0, moving = 0;
   {
     std::lock_guard<std::mutex> guard(workers_mu_);
     for (const auto& w : workers_) {
@@ -66,6 +66,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
       auth_failures += c.auth_failures.Get();
       frames_refused += c.frames_refused.Get();
       split_refusals += c.split_refusals.Get();
+      moving += c.moving.Get();
     }
   }
   std::vector<std::pair<std::string, int64_t>> out;
@@ -108,6 +109,19 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   out.emplace_back("frames_refused", static_cast<int64_t>(frames_refused));
   out.emplace_back("auth_failures", static_cast<int64_t>(auth_failures));
   out.emplace_back("split_refusals", static_cast<int64_t>(split_refusals));
+  const HandoffCounters& h = handoff_counters_;
+  out.emplace_back("handoff_moving", static_cast<int64_t>(moving));
+  out.emplace_back("handoff_jobs", h.jobs.load());
+  out.emplace_back("handoff_keys_sent", h.keys_sent.load());
+  out.emplace_back("handoff_keys_lost", h.keys_lost.load());
+  out.emplace_back("handoff_keys_received", h.keys_received.load());
+  out.emplace_back("handoff_keys_refused", h.keys_refused.load());
+  out.emplace_back("handoff_splits_received", h.splits_received.load());
+  out.emplace_back("handoff_batches_refused", h.refused_batches.load());
+  out.emplace_back("handoff_waits_expired", h.waits_expired.load());
+  out.emplace_back("handoff_waiting_slots", waiting_slots());
+  out.emplace_back("membership_generation",
+                   static_cast<int64_t>(membership_.load()->generation));
   out.emplace_back("connections_open", static_cast<int64_t>(opened - closed));
   out.emplace_back("connections_total", static_cast<int64_t>(opened));
   out.emplace_back("resident_bytes", ResidentBytes());
@@ -199,6 +213,40 @@ std::string Node::RenderMetrics() {
   Header(out, "limiter_split_refusals_total", "counter",
          "Ops on a sub-bucket of a split that is not real or no longer valid.");
   out << "limiter_split_refusals_total " << stat("split_refusals") << '\n';
+  struct Plain {
+    const char* metric;
+    const char* stat;
+    const char* type;
+    const char* help;
+  };
+  static constexpr Plain kHandoff[] = {
+      {"limiter_handoff_moving_total", "handoff_moving", "counter",
+       "Ops answered Moving: their key was being handed to this node."},
+      {"limiter_handoff_jobs_total", "handoff_jobs", "counter",
+       "Ring changes that moved keys away from this node."},
+      {"limiter_handoff_keys_sent_total", "handoff_keys_sent", "counter",
+       "Live keys handed to their new owner and taken by it."},
+      {"limiter_handoff_keys_lost_total", "handoff_keys_lost", "counter",
+       "Live keys given up but not delivered (peer unreachable or refusing, or the deadline): "
+       "they fall back to the crash promise."},
+      {"limiter_handoff_keys_received_total", "handoff_keys_received", "counter",
+       "Keys taken from other nodes' hand-offs."},
+      {"limiter_handoff_keys_refused_total", "handoff_keys_refused", "counter",
+       "Handed keys refused at max_keys."},
+      {"limiter_handoff_batches_refused_total", "handoff_batches_refused", "counter",
+       "Hand-off batches refused: another policy file or key-id seed."},
+      {"limiter_handoff_waits_expired_total", "handoff_waits_expired", "counter",
+       "Ring slots whose keys were served fresh after waiting handoff_deadline for their last "
+       "owner."},
+      {"limiter_handoff_waiting_slots", "handoff_waiting_slots", "gauge",
+       "Ring slots (of 262144) whose keys this node waits to be handed."},
+      {"limiter_membership_generation", "membership_generation", "gauge",
+       "Generation of the member list in use."},
+  };
+  for (const Plain& m : kHandoff) {
+    Header(out, m.metric, m.type, m.help);
+    out << m.metric << ' ' << stat(m.stat) << '\n';
+  }
   Header(out, "limiter_key_units", "gauge",
          "Key units held: a key is one, a sliding-log key more (its log's memory).");
   out << "limiter_key_units " << stat("key_units") << '\n';

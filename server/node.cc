@@ -19,7 +19,8 @@ namespace limiter {
 namespace {
 
 constexpr auto kOpNames = std::to_array<std::string_view>(
-    {"check", "lease", "return", "inspect", "stats", "split", "hot_keys", "unknown"});
+    {"check", "lease", "return", "inspect", "stats", "split", "hot_keys", "members", "handoff",
+     "unknown"});
 static_assert(kOpNames.size() == kOpTypes + 1, "a name for every op type");
 
 uint64_t RandomLeaseIdStart() {
@@ -41,7 +42,9 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
       store_(policies, options_.store),
       requires_secret_(!options_.secrets.empty()),
       next_lease_id_(RandomLeaseIdStart()),
-      started_ms_(clock.NowMs()) {
+      started_ms_(clock.NowMs()),
+      pending_(std::make_unique<std::atomic<uint8_t>[]>(Ring::kSlots)),
+      policy_digest_(PolicyDigest()) {
   for (size_t i = 0; i < policies.policies().size(); ++i) {
     policy_index_.emplace(policies.policies()[i].name, static_cast<int>(i));
   }
@@ -68,6 +71,12 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   // restarted node does not reuse the epochs of its previous life.
   split_epoch_.store(static_cast<uint32_t>(clock.NowMs()));
   last_tick_ms_ = clock.NowMs();
+  if (options_.join_gate && options_.members.size() > 1) {
+    // Until Join or OpenGate: another member may hold keys this node owns by its list.
+    for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(kAnySource);
+    pending_count_.store(static_cast<int64_t>(Ring::kSlots));
+    waits_until_ms_ = clock.NowMs() + options_.handoff_deadline_ms;
+  }
 }
 
 Node::~Node() = default;
@@ -80,7 +89,8 @@ std::optional<std::string> Node::SetMembers(std::vector<std::string> members, ui
   if (!next->ring.empty() && std::find(m.begin(), m.end(), options_.self) == m.end()) {
     return "this node (" + options_.self + ") is not in the member list";
   }
-  membership_.store(std::move(next));
+  if (leaving_.load()) return std::nullopt;  // it gives every key away whatever the list
+  Adopt(nullptr, std::move(next));
   return std::nullopt;
 }
 
@@ -127,6 +137,12 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
                                    std::vector<uint8_t>& out) {
   const auto started = std::chrono::steady_clock::now();
   w.counters.frames.Add();
+  // Odd from here to the end of the frame (every return): see Export.
+  struct InFrame {
+    std::atomic<uint64_t>& seq;
+    explicit InFrame(std::atomic<uint64_t>& s) : seq(s) { seq.fetch_add(1); }
+    ~InFrame() { seq.fetch_add(1, std::memory_order_release); }
+  } in_frame(w.counters.frame_seq);
   const wire::Request* request = VerifiedRequest(body, w.aligned);
   if (request == nullptr) {
     w.counters.bad_frames[static_cast<size_t>(BadFrame::kInvalid)].Add();
@@ -218,6 +234,9 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpRes
   if (r.wrong_owner) {
     owner = {m.ring.members(), m.ring.version(), m.generation, r.owner};
     f.wrong_owner = &owner;
+  } else if (r.members) {
+    owner = {r.members->ring.members(), r.members->ring.version(), r.members->generation, {}};
+    f.wrong_owner = &owner;
   }
   if (r.with_hot_keys) {
     w.hottest = HotKeys();
@@ -295,6 +314,12 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
     case wire::OpType::HotKeys:
       r.with_hot_keys = true;
       break;
+    case wire::OpType::Members:
+      MembersOp(op, m, r);
+      break;
+    case wire::OpType::Handoff:
+      HandoffOp(w, op, now, r);
+      break;
     default:
       r.Fail(wire::Status::BadRequest, "unknown op type " + std::to_string(type));
       Count(w, kOpTypes, kError);
@@ -302,6 +327,8 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
   }
   if (r.reply.status == wire::Status::Split) {
     w.counters.split_redirects.Add();
+  } else if (r.reply.status == wire::Status::Moving) {
+    w.counters.moving.Add();
   } else if (r.reply.status != wire::Status::Ok) {
     Count(w, type, kError);
   } else {
@@ -416,13 +443,21 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       routing = w.routing;
     }
     const Ring& ring = m.ring;
-    if (!ring.empty() && ring.Owner(routing) != options_.self) {
+    const uint32_t slot = Ring::SlotOf(routing);
+    if (!ring.empty() && ring.members()[ring.OwnerOfSlot(slot)] != options_.self) {
       r.wrong_owner = true;
-      r.owner = ring.Owner(routing);
+      r.owner = ring.members()[ring.OwnerOfSlot(slot)];
       r.Fail(wire::Status::WrongOwner, where() + ": " + options_.self + " does not own '" +
                                            std::string(routing) + "'; " + r.owner + " does (ring " +
                                            std::to_string(ring.version()) + ", generation " +
                                            std::to_string(m.generation) + ")");
+      return false;
+    }
+    if (Waiting(slot)) {
+      r.reply.retry_after_ms = 100;
+      r.Fail(wire::Status::Moving, where() + ": '" + std::string(routing) +
+                                       "' is being handed to " + options_.self +
+                                       " by its last owner; retry shortly");
       return false;
     }
   }

@@ -6,7 +6,11 @@
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,11 +72,25 @@ struct NodeOptions {
   Store::Options store;
   size_t sweep_budget = 4096;  // slots per stripe and policy per Sweep
   HotKeyOptions hot;
+  // Hand-off (server/handoff.cc): how long this node answers Moving for keys it gained and
+  // waits to be handed, before it serves them fresh (the crash promise); and whether it starts
+  // with every key waiting, for a node joining a running cluster until it knows who holds
+  // what (Join or OpenGate).
+  int64_t handoff_deadline_ms = 10'000;
+  bool join_gate = false;
+};
+
+// What one hand-off (Node::Export) did.
+struct HandoffStats {
+  int64_t keys_sent = 0;
+  int64_t keys_lost = 0;  // not delivered: a peer unreachable or refusing, or the deadline
+  int64_t splits_sent = 0;
+  int64_t batches = 0;
 };
 
 enum class BadFrame { kTooLarge, kEmpty, kInvalid, kTruncated };
 inline constexpr int kBadFrameKinds = 4;
-inline constexpr int kOpTypes = 7;  // wire::OpType values
+inline constexpr int kOpTypes = 9;  // wire::OpType values
 enum Outcome { kAllowed, kDenied, kError };
 // "check", "lease", ...; kOpTypes (or anything out of range) is "unknown".
 std::string_view OpTypeName(int type);
@@ -89,6 +107,10 @@ struct WorkerCounters {
   Counter split_refusals;    // ops on a sub-bucket of a split that is not (or no longer) real
   Counter split_redirects;  // ops on a split key, answered with its split
   Counter frames;
+  // Frames begun minus frames ended, as a sequence: odd while a frame is being handled (the
+  // hand-off waits for the frames begun under an old ring to end).
+  std::atomic<uint64_t> frame_seq{0};
+  Counter moving;  // ops on keys this node waits to be handed (answered Moving)
   Counter connections_opened;
   Counter connections_closed;
   Histogram frame_latency_us;  // from a whole frame read to its reply encoded
@@ -158,9 +180,50 @@ class Node {
   std::shared_ptr<const Membership> membership() const { return membership_.load(); }
   std::shared_ptr<const Ring> ring() const;
 
+  // ----- Hand-off of keys between nodes (server/handoff.cc) -----
+  // When this node adopts a new member list, the live keys whose owner moves from it to
+  // another member are sent there (Export) before that member serves them, and the keys it
+  // gains wait (ops answer Moving) until their last owner says it is done, or until
+  // handoff_deadline_ms. So a restart or a scale-out resets no key. Consensus-free: each node
+  // derives both from the two rings.
+  struct HandoffJob {
+    std::shared_ptr<const Membership> from;  // the ring the keys were served under
+    std::shared_ptr<const Membership> to;
+  };
+  // Sends `frame` (a Request body) to `member`: the number of keys the member took, or -1
+  // when it could not be delivered or was refused.
+  using HandoffSink =
+      std::function<int64_t(const std::string& member, std::span<const uint8_t> frame)>;
+  // Waits up to `wait` for a job a ring change made and runs it (Export, within
+  // handoff_deadline_ms); nullopt when none came (the server's hand-off thread).
+  std::optional<HandoffStats> RunNextHandoff(const HandoffSink& send,
+                                             std::chrono::milliseconds wait);
+  // Waits until every frame begun under job.from has ended, then takes out every live key (and
+  // split) whose owner under job.to is another member, and sends them there in batches, then
+  // a last batch saying `done` to every other member of job.to. Stops sending at `deadline`
+  // (keys not sent are counted lost).
+  HandoffStats Export(const HandoffJob& job, const HandoffSink& send,
+                      std::chrono::steady_clock::time_point deadline);
+  // Leaves the cluster: adopts the current list without this node at `generation`, so that
+  // every op is answered WrongOwner with it, and queues the job that gives every key away.
+  void Leave(uint64_t generation);
+  bool leaving() const { return leaving_.load(); }
+  // Joins a running cluster whose list is `previous`: adopts `members` (which hold this node)
+  // at `generation`, and waits, for each key it gains, for that key's owner under `previous`.
+  std::optional<std::string> Join(std::vector<std::string> previous,
+                                   std::vector<std::string> members, uint64_t generation);
+  // Serves every key it owns now (a join that found nobody to wait for).
+  void OpenGate();
+  // Ring slots whose keys this node waits to be handed; 0: it serves every key it owns.
+  int64_t waiting_slots() const { return pending_count_.load(std::memory_order_relaxed); }
+  // Jobs queued or running; 0 once every key given up has been sent.
+  int64_t handoffs_in_progress() const;
+
   // Replaces the cluster secrets (a re-read secret file: rotation). Only a node started with
   // a secret has any to replace; an empty set is ignored. Thread-safe.
   void SetSecrets(auth::Secrets secrets);
+  // The secret this node proves itself with to other nodes (the first); empty: none.
+  std::string current_secret() const;
   bool requires_secret() const { return requires_secret_; }
 
   const NodeOptions& options() const { return options_; }
@@ -224,6 +287,20 @@ class Node {
   void StartSplit(int policy, const std::string& key, int64_t rate, int64_t now);
   // With the key's stripe locked: the key's slot holds a drained state.
   void Drain(int policy, const KeyId& id, int64_t now);
+  // Hand-off: the Members and Handoff ops; a ring change's jobs and waits; the deadline.
+  void MembersOp(const wire::Op& op, const Membership& m, OpResult& r);
+  void HandoffOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r);
+  // Makes `next` the membership if it is newer than the current one (else nothing): the keys
+  // it moves away are queued as a job, those it brings wait for their owner under `before`
+  // (the current ring when null). False when `next` was not newer.
+  bool Adopt(const Ring* before, std::shared_ptr<const Membership> next);
+  void Handed(const std::string& from, uint64_t generation);
+  void ExpireWaits(int64_t now);
+  bool Waiting(uint32_t slot) const {
+    return pending_count_.load(std::memory_order_relaxed) != 0 &&
+           pending_[slot].load(std::memory_order_relaxed) != 0;
+  }
+  uint64_t PolicyDigest() const;
 
   const PolicySet& policies_;
   const Clock& clock_;
@@ -251,6 +328,38 @@ class Node {
 
   std::mutex workers_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;  // guarded by workers_mu_ (the vector only)
+
+  // Hand-off. pending_[slot]: 0, or 1 + the index in waits_ of the member whose done the
+  // slot's keys wait for (kAnySource: any, the join gate); written under handoff_mu_, read
+  // by every worker (Waiting).
+  static constexpr uint8_t kAnySource = 255;
+  std::unique_ptr<std::atomic<uint8_t>[]> pending_;
+  std::atomic<int64_t> pending_count_{0};
+  std::atomic<bool> leaving_{false};
+  mutable std::mutex handoff_mu_;
+  std::condition_variable jobs_cv_;
+  struct Wait {
+    std::string from;
+    uint64_t generation = 0;  // done for this generation or a later one ends the wait
+  };
+  std::vector<Wait> waits_;                               // guarded by handoff_mu_
+  std::unordered_map<std::string, uint64_t> handed_;      // member -> latest done; handoff_mu_
+  int64_t waits_until_ms_ = 0;                            // guarded by handoff_mu_
+  std::deque<HandoffJob> jobs_;                           // guarded by handoff_mu_
+  int64_t jobs_running_ = 0;                              // guarded by handoff_mu_
+  const uint64_t policy_digest_;
+
+ public:
+  // Hand-off counters, for /metrics and STATS.
+  // Written by any thread (workers import, the hand-off thread exports).
+  struct HandoffCounters {
+    std::atomic<int64_t> keys_sent{0}, keys_lost{0}, keys_received{0}, keys_refused{0},
+        splits_received{0}, waits_expired{0}, jobs{0}, refused_batches{0};
+  };
+  HandoffCounters& handoff_counters() { return handoff_counters_; }
+
+ private:
+  HandoffCounters handoff_counters_;
 };
 
 }  // namespace limiter

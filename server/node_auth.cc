@@ -148,4 +148,9 @@ void Node::SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t
   r.reply.split_token = r.split_token;
 }
 
+std::string Node::current_secret() const {
+  const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
+  return secrets->empty() ? std::string() : secrets->values.front();
+}
+
 }  // namespace limiter

@@ -43,6 +43,7 @@ struct Node::OpResult {
   bool tracked = false;
   bool with_stats = false;
   bool with_hot_keys = false;
+  std::shared_ptr<const Membership> members;  // MEMBERS: the list to answer with
   auth::SplitToken split_token{};  // reply.split_token points here when signed
 
   void Fail(wire::Status s, std::string message) {

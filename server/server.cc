@@ -17,6 +17,7 @@
 #include "common/membership.h"
 #include "common/result.h"
 #include "server/connection.h"
+#include "server/peers.h"
 
 namespace limiter {
 namespace {
@@ -129,6 +130,13 @@ struct Server::Impl {
   std::condition_variable sweep_cv;
   std::thread sweeper;
   std::thread resolver;  // members_dns refreshes
+  // Hand-off: the peers, the thread that sends what ring changes give away, the join at start
+  // and the leave on SIGTERM.
+  std::unique_ptr<Peers> peers;
+  std::thread handoff;
+  std::thread joiner;
+  std::thread drainer;
+  std::atomic<bool> draining{false};
 
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
 
@@ -227,6 +235,9 @@ Server::~Server() {
   if (impl_->admin_thread.joinable()) impl_->admin_thread.join();
   if (impl_->sweeper.joinable()) impl_->sweeper.join();
   if (impl_->resolver.joinable()) impl_->resolver.join();
+  if (impl_->handoff.joinable()) impl_->handoff.join();
+  if (impl_->joiner.joinable()) impl_->joiner.join();
+  if (impl_->drainer.joinable()) impl_->drainer.join();
 }
 
 std::optional<HostPort> ParseHostPort(const std::string& text) {
@@ -287,8 +298,17 @@ std::optional<std::string> Server::Start() {
     s.admin.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
+    // A preStop hook's way to start the leave before the SIGTERM (the admin port is on
+    // loopback by default): answers at once; the node exits once its keys are handed over.
+    s.admin.Post("/drain", [this](const httplib::Request&, httplib::Response& res) {
+      Drain();
+      res.status = 202;
+      res.set_content("draining\n", "text/plain");
+    });
     s.admin.Get("/readyz", [&s](const httplib::Request&, httplib::Response& res) {
-      const bool ready = s.serving && !s.stopping;
+      // Not while it waits for keys handed to it (a join), nor once it leaves.
+      const bool ready =
+          s.serving && !s.stopping && !s.draining && s.node.waiting_slots() == 0;
       res.status = ready ? 200 : 503;
       res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
     });
@@ -304,10 +324,21 @@ std::optional<std::string> Server::Start() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  // Before the node says it is up, so that a SIGTERM from then on is a clean stop.
+  Result<std::unique_ptr<Peers>> peers =
+      Peers::Make(s.node, s.options.tls, static_cast<int>(std::max<int64_t>(
+                                             1000, std::min<int64_t>(s.options.frame_timeout_ms,
+                                                                     5000))));
+  if (!peers) return peers.error();
+  s.peers = std::move(peers).value();
+  // Before the node says it is up, so that a SIGTERM from then on is a clean stop: the node
+  // hands its keys over first (Drain); a second signal stops it at once.
   s.signals = std::make_unique<asio::signal_set>(s.workers.front()->io, SIGINT, SIGTERM);
   s.signals->async_wait([this](const asio::error_code& ec, int) {
-    if (!ec) Stop();
+    if (ec) return;
+    Drain();
+    impl_->signals->async_wait([this](const asio::error_code& again, int) {
+      if (!again) Stop();
+    });
   });
   return std::nullopt;
 }
@@ -347,6 +378,21 @@ void Server::Run() {
       }
     });
   }
+  s.handoff = std::thread([&s] {
+    const Node::HandoffSink send = [&s](const std::string& member, std::span<const uint8_t> f) {
+      return s.peers->SendHandoff(member, f);
+    };
+    while (!s.stopping) s.node.RunNextHandoff(send, std::chrono::milliseconds(100));
+  });
+  if (s.node.options().join_gate) {
+    s.joiner = std::thread([&s] {
+      // With members_dns, the first answer gives the list to join with.
+      for (int i = 0; i < 200 && !s.stopping && s.node.membership()->ring.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      s.peers->Join();
+    });
+  }
   for (size_t i = 1; i < s.workers.size(); ++i) {
     WorkerThread* w = s.workers[i].get();
     w->thread = std::thread([w] { w->io.run(); });
@@ -357,7 +403,21 @@ void Server::Run() {
   if (s.admin_thread.joinable()) s.admin_thread.join();
   if (s.sweeper.joinable()) s.sweeper.join();
   if (s.resolver.joinable()) s.resolver.join();
+  if (s.handoff.joinable()) s.handoff.join();
+  if (s.joiner.joinable()) s.joiner.join();
+  if (s.drainer.joinable()) s.drainer.join();
   s.serving = false;
+}
+
+void Server::Drain() {
+  Impl& s = *impl_;
+  if (s.draining.exchange(true) || s.stopping) return;
+  if (s.node.options().handoff_deadline_ms == 0) return Stop();  // hand-off turned off
+  s.drainer = std::thread([this, &s] {
+    if (s.joiner.joinable()) s.joiner.join();  // a join half done would confuse the leave
+    s.peers->Leave();
+    Stop();
+  });
 }
 
 void Server::Stop() {

@@ -50,8 +50,11 @@ class Server {
   std::optional<std::string> Start();
   // Serves until Stop; returns once every thread has finished.
   void Run();
-  // Stops accepting, closes every connection, ends Run. SIGTERM and SIGINT call it.
+  // Stops accepting, closes every connection, ends Run. A second SIGTERM or SIGINT calls it.
   void Stop();
+  // Leaves the cluster, handing every key to its next owner (within the node's
+  // handoff_deadline_ms), then Stop. SIGTERM and SIGINT call it. Returns at once.
+  void Drain();
 
   std::string listen_address() const;  // host:port as bound
   std::string admin_address() const;

@@ -227,6 +227,13 @@ void Store::GiveBack(int policy, KeyLimiter&& taken, Slot* slot) {
   if (slot != nullptr && IsLog(policy)) Pack(policy, std::move(taken), slot);
 }
 
+void Store::KeysIn(size_t stripe, int policy, const std::function<bool(const KeyId&)>& pick,
+                   std::vector<KeyId>& out) {
+  stripes_[stripe]->tables[static_cast<size_t>(policy)].ForEach([&](const Slot& s) {
+    if (pick(s.id)) out.push_back(s.id);
+  });
+}
+
 Slot* Store::Insert(int policy, const KeyId& id) {
   Slot* slot = stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Insert(id);
   if (IsLog(policy)) SetLog({nullptr, static_cast<uint64_t>(NewKeyUnits(policy))}, *slot);

@@ -97,6 +97,11 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   size_t StripeOf(const KeyId& id) const { return id.hi % stripes_.size(); }
+  size_t stripe_count() const { return stripes_.size(); }
+  // With stripe `stripe` locked: appends the ids of the policy's keys there for which
+  // pick(id) holds (the hand-off collects what it gives away).
+  void KeysIn(size_t stripe, int policy, const std::function<bool(const KeyId&)>& pick,
+              std::vector<KeyId>& out);
 
   // Locks a set of stripes: `stripes` sorted ascending without repeats. At most kMaxLocks.
   class StripeLock {

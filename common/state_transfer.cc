@@ -1,0 +1,141 @@
+#include "common/state_transfer.h"
+
+#include <string>
+
+namespace limiter {
+namespace {
+
+using Fields = std::span<const int64_t>;
+using Imported = Result<std::optional<KeyLimiter>>;
+
+Error Bad(std::string what) { return Error{"state field " + what}; }
+
+// A window's start mapped to the receiver: windows it has passed since the sender read it
+// (0: still open, 1: the one after it is open, 2 or more: both counts are history).
+int64_t WindowsPassed(int64_t start_offset, int64_t w) {
+  if (start_offset > 0) return 0;  // a window that starts later than now: the current one
+  return (-start_offset) / w;
+}
+
+bool InRange(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
+struct Exporter {
+  int64_t now;
+  std::vector<int64_t>& out;
+  void operator()(const FixedWindow::State& s) {
+    out.insert(out.end(), {s.window_start_ms - now, s.count});
+  }
+  void operator()(const SlidingWindow::State& s) {
+    out.insert(out.end(), {s.window_start_ms - now, int64_t{s.prev}, int64_t{s.curr}});
+  }
+  void operator()(const TokenBucket::State& s) {
+    out.insert(out.end(), {s.tokens_scaled, s.last_ms - now});
+  }
+  void operator()(const Gcra::State& s) { out.insert(out.end(), {s.tat_ms - now, s.tat_frac}); }
+  void operator()(const LeakyBucket::State& s) {
+    out.insert(out.end(), {s.level_scaled, s.last_ms - now});
+  }
+  void operator()(const SlidingLog::State& s) {
+    out.push_back(s.seen_ms - now);
+    for (size_t i = 0; i < s.entries.size(); ++i) {
+      out.insert(out.end(), {s.entries[i].t_ms - now, s.entries[i].cost});
+    }
+  }
+};
+
+Imported ImportWindow(Algorithm a, const Rate& rate, Fields f, int64_t now) {
+  const int64_t w = rate.window_ms();
+  const int64_t start = now - now % w;  // the receiver's current window
+  if (a == Algorithm::kFixedWindow) {
+    if (f.size() != 2) return Bad("count: a fixed window has 2, got " + std::to_string(f.size()));
+    if (!InRange(f[1], 0, rate.limit())) return Bad("count: out of range");
+    if (WindowsPassed(f[0], w) >= 1 || f[1] == 0) return std::optional<KeyLimiter>();
+    return std::optional<KeyLimiter>(KeyLimiter(FixedWindow::State{start, f[1]}));
+  }
+  if (f.size() != 3) return Bad("count: a sliding window has 3, got " + std::to_string(f.size()));
+  if (!InRange(f[1], 0, rate.limit()) || !InRange(f[2], 0, rate.limit())) {
+    return Bad("count: out of range");
+  }
+  SlidingWindow::State s{start, static_cast<uint32_t>(f[2]), static_cast<uint32_t>(f[1])};
+  switch (WindowsPassed(f[0], w)) {
+    case 0: break;
+    case 1: s.prev = s.curr; s.curr = 0; break;
+    default: return std::optional<KeyLimiter>();
+  }
+  if (s.prev == 0 && s.curr == 0) return std::optional<KeyLimiter>();
+  return std::optional<KeyLimiter>(KeyLimiter(s));
+}
+
+Imported ImportLog(const Rate& rate, Fields f, int64_t now) {
+  if (f.empty() || f.size() % 2 != 1) {
+    return Bad("count: a sliding log has 1 + 2 per entry, got " + std::to_string(f.size()));
+  }
+  const int64_t w = rate.window_ms();
+  if (!InRange(f[0], -w, 0)) return Bad("seen: out of range");
+  SlidingLog::State s;
+  s.seen_ms = now + f[0];
+  int64_t last = INT64_MIN;
+  for (size_t i = 1; i < f.size(); i += 2) {
+    const int64_t t = f[i], cost = f[i + 1];
+    if (t <= last || t > 0) return Bad("entry " + std::to_string(i / 2) + ": time out of order");
+    if (!InRange(cost, 1, rate.limit()) || s.total + cost > rate.limit()) {
+      return Bad("entry " + std::to_string(i / 2) + ": cost out of range");
+    }
+    last = t;
+    if (t <= -w) continue;  // left the window in flight
+    s.entries.push_back({now + t, cost});
+    s.total += cost;
+  }
+  if (s.entries.empty()) return std::optional<KeyLimiter>();
+  s.seen_ms = std::max(s.seen_ms, s.entries.back().t_ms);
+  return std::optional<KeyLimiter>(KeyLimiter(std::move(s)));
+}
+
+}  // namespace
+
+void ExportState(const KeyLimiter& state, int64_t now_ms, std::vector<int64_t>& out) {
+  std::visit(Exporter{now_ms, out}, state.state());
+}
+
+Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& rate,
+                                              std::span<const int64_t> f, int64_t now) {
+  const int64_t cap = rate.capacity_scaled();
+  // A time offset no live state has: from the distant past or future. Bounded so that the
+  // receiver's arithmetic on it cannot overflow.
+  const int64_t far = 2 * (rate.window_ms() + 1) * (rate.burst() + 1);
+  std::optional<KeyLimiter> k;
+  switch (algorithm) {
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindow:
+      return ImportWindow(algorithm, rate, f, now);
+    case Algorithm::kSlidingLog:
+      return ImportLog(rate, f, now);
+    case Algorithm::kTokenBucket:
+      if (f.size() != 2) return Bad("count: a token bucket has 2, got " + std::to_string(f.size()));
+      if (!InRange(f[0], 0, cap)) return Bad("tokens: out of range");
+      if (!InRange(f[1], -far, 0)) return Bad("last: out of range");
+      k.emplace(TokenBucket::State{f[0], now + f[1]});
+      break;
+    case Algorithm::kGcra:
+      if (f.size() != 2) return Bad("count: GCRA has 2, got " + std::to_string(f.size()));
+      if (!InRange(f[0], -far, far)) return Bad("tat: out of range");
+      if (!InRange(f[1], 0, rate.limit() - 1)) return Bad("tat_frac: out of range");
+      k.emplace(Gcra::State{now + f[0], f[1]});
+      if (k->InEffect(rate, now) > cap) return Bad("tat: beyond the burst");
+      break;
+    case Algorithm::kLeakyBucket:
+      if (f.size() != 2) return Bad("count: a leaky bucket has 2, got " + std::to_string(f.size()));
+      if (!InRange(f[0], 0, cap)) return Bad("level: out of range");
+      if (!InRange(f[1], -far, 0)) return Bad("last: out of range");
+      k.emplace(LeakyBucket::State{f[0], now + f[1]});
+      break;
+  }
+  if (!k || k->IsFresh(rate, now)) return std::optional<KeyLimiter>();
+  return k;
+}
+
+KeyLimiter StricterOf(const Rate& rate, KeyLimiter a, KeyLimiter b, int64_t now_ms) {
+  return a.InEffect(rate, now_ms) >= b.InEffect(rate, now_ms) ? std::move(a) : std::move(b);
+}
+
+}  // namespace limiter

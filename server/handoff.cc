@@ -1,0 +1,449 @@
+// Node: the hand-off of keys between nodes when the member list changes (see "Hand-off" in
+// node.h). Only the two rings decide who gives what to whom: a key's id carries its ring slot
+// (key_id.h), so a node finds what it gives up, and to whom, from its store alone.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "common/limits.h"
+#include "common/protocol.h"
+#include "common/state_transfer.h"
+#include "common/wire.h"
+#include "server/node_internal.h"
+
+namespace limiter {
+namespace {
+
+// A batch holds at most this many keys, and is sent once its records pass kBatchBytes: far
+// below the node's frame bound (1 MiB by default) whatever the keys.
+constexpr size_t kBatchKeys = 4096;
+constexpr size_t kBatchBytes = 256 * 1024;
+// A member list announced with a generation further ahead of this node's wall clock is
+// refused: one bad clock must not freeze the list for everyone after it.
+constexpr int64_t kMaxGenerationAheadMs = 10 * 60 * 1000;
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int IndexOf(const Ring& ring, const std::string& member) {
+  const auto& m = ring.members();
+  const auto it = std::find(m.begin(), m.end(), member);
+  return it == m.end() ? -1 : static_cast<int>(it - m.begin());
+}
+
+// The records for one destination, until they are sent.
+struct Batch {
+  flatbuffers::FlatBufferBuilder fbb{64 * 1024};
+  std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
+  std::vector<flatbuffers::Offset<wire::SplitRecord>> splits;
+  bool full() const { return keys.size() >= kBatchKeys || fbb.GetSize() >= kBatchBytes; }
+};
+
+}  // namespace
+
+uint64_t Node::PolicyDigest() const {
+  // What a record's reader depends on: the policies' order, algorithms and rates.
+  std::string text;
+  for (const Policy& p : policies_.policies()) {
+    text += p.name + '\n' + std::to_string(static_cast<int>(p.algorithm)) + ' ' +
+            std::to_string(p.rate.limit()) + ' ' + std::to_string(p.rate.window_ms()) + ' ' +
+            std::to_string(p.rate.burst()) + ' ' + std::to_string(p.parent_index) + '\n';
+  }
+  return XXH3_64bits(text.data(), text.size());
+}
+
+bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> next) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  const std::shared_ptr<const Membership> current = membership_.load();
+  if (next->generation <= current->generation) return false;
+  const Ring& before = before_override ? *before_override : current->ring;
+  const Ring& after = next->ring;
+  const int self_before = IndexOf(before, options_.self);
+  const int self_after = IndexOf(after, options_.self);
+  std::vector<int> wait_of(before.members().size(), -1);  // owner before -> index in waits_
+  bool gives = false;
+  int64_t count = 0;
+  for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
+    const bool owned_after = after.empty() || static_cast<int>(after.OwnerOfSlot(slot)) == self_after;
+    const bool owned_before =
+        before.empty() || static_cast<int>(before.OwnerOfSlot(slot)) == self_before;
+    std::atomic<uint8_t>& pending = pending_[slot];
+    if (!owned_after) {
+      gives |= owned_before;
+      pending.store(0, std::memory_order_relaxed);  // not ours: nothing to wait for
+      continue;
+    }
+    if (!owned_before) {
+      const size_t o = before.OwnerOfSlot(slot);
+      if (wait_of[o] == -1) {
+        const std::string& from = before.members()[o];
+        const auto done = handed_.find(from);
+        if (done != handed_.end() && done->second >= next->generation) {
+          wait_of[o] = -2;  // it has handed this list's keys over already
+        } else {
+          auto it = std::find_if(waits_.begin(), waits_.end(),
+                                 [&](const Wait& w) { return w.from == from; });
+          if (it == waits_.end()) it = waits_.insert(waits_.end(), Wait{from, 0});
+          it->generation = std::max(it->generation, next->generation);
+          wait_of[o] = static_cast<int>(it - waits_.begin());
+        }
+      }
+      if (wait_of[o] >= 0) {
+        pending.store(wait_of[o] < kAnySource - 1 ? static_cast<uint8_t>(wait_of[o] + 1)
+                                                  : kAnySource,
+                      std::memory_order_relaxed);
+      }
+    }
+    count += pending.load(std::memory_order_relaxed) != 0;
+  }
+  if (count > pending_count_.load() || pending_count_.load() == 0) {
+    waits_until_ms_ = clock_.NowMs() + options_.handoff_deadline_ms;
+  }
+  pending_count_.store(count);
+  if (count == 0) waits_.clear();
+  membership_.store(next);
+  if (gives && !after.empty()) {
+    jobs_.push_back({current, std::move(next)});
+    handoff_counters_.jobs.fetch_add(1);
+    jobs_cv_.notify_all();
+  }
+  return true;
+}
+
+void Node::Leave(uint64_t generation) {
+  const std::shared_ptr<const Membership> current = membership_.load();
+  std::vector<std::string> others;
+  for (const std::string& m : current->ring.members()) {
+    if (m != options_.self) others.push_back(m);
+  }
+  if (others.empty()) return;  // the last node: nobody to hand to, so it serves to the end
+  auto next = std::make_shared<const Membership>(Membership{Ring(std::move(others)), generation});
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  leaving_.store(true);
+  for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(0);
+  pending_count_.store(0);
+  waits_.clear();
+  const std::shared_ptr<const Membership> from = membership_.load();
+  membership_.store(next);
+  jobs_.push_back({from, std::move(next)});
+  handoff_counters_.jobs.fetch_add(1);
+  jobs_cv_.notify_all();
+}
+
+std::optional<std::string> Node::Join(std::vector<std::string> previous,
+                                      std::vector<std::string> members, uint64_t generation) {
+  auto next = std::make_shared<const Membership>(Membership{Ring(std::move(members)), generation});
+  if (IndexOf(next->ring, options_.self) < 0) {
+    return "this node (" + options_.self + ") is not in the member list it joins with";
+  }
+  const Ring before(std::move(previous));
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);  // the gate gives way to the real waits
+    for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
+      uint8_t gate = kAnySource;
+      pending_[slot].compare_exchange_strong(gate, 0);
+    }
+  }
+  if (!Adopt(&before, std::move(next))) OpenGate();
+  return std::nullopt;
+}
+
+void Node::OpenGate() {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  int64_t count = 0;
+  for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
+    uint8_t gate = kAnySource;
+    pending_[slot].compare_exchange_strong(gate, 0);
+    count += pending_[slot].load() != 0;
+  }
+  pending_count_.store(count);
+}
+
+void Node::Handed(const std::string& from, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  uint64_t& done = handed_[from];
+  done = std::max(done, generation);
+  if (pending_count_.load() == 0) return;
+  std::vector<bool> ends(waits_.size() + 1, false);
+  for (size_t i = 0; i < waits_.size() && i + 1 < kAnySource; ++i) {
+    ends[i + 1] = waits_[i].from == from && waits_[i].generation <= generation;
+  }
+  int64_t count = 0;
+  for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
+    const uint8_t p = pending_[slot].load(std::memory_order_relaxed);
+    if (p != 0 && p < ends.size() && ends[p]) {
+      pending_[slot].store(0, std::memory_order_relaxed);
+    } else {
+      count += p != 0;
+    }
+  }
+  pending_count_.store(count);
+  if (count == 0) waits_.clear();
+}
+
+void Node::ExpireWaits(int64_t now) {
+  if (pending_count_.load() == 0) return;
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  if (pending_count_.load() == 0 || now < waits_until_ms_) return;
+  // Whoever held these keys did not hand them over in time (killed, cut off): they start
+  // fresh here, which is the crash promise (at most one burst per key).
+  for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(0);
+  handoff_counters_.waits_expired.fetch_add(pending_count_.load());
+  pending_count_.store(0);
+  waits_.clear();
+}
+
+int64_t Node::handoffs_in_progress() const {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  return static_cast<int64_t>(jobs_.size()) + jobs_running_;
+}
+
+std::optional<HandoffStats> Node::RunNextHandoff(const HandoffSink& send,
+                                                 std::chrono::milliseconds wait) {
+  HandoffJob job;
+  {
+    std::unique_lock<std::mutex> lock(handoff_mu_);
+    if (!jobs_cv_.wait_for(lock, wait, [this] { return !jobs_.empty(); })) return std::nullopt;
+    job = std::move(jobs_.front());
+    jobs_.pop_front();
+    ++jobs_running_;
+  }
+  const HandoffStats stats =
+      Export(job, send,
+             std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(options_.handoff_deadline_ms));
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  --jobs_running_;
+  return stats;
+}
+
+HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
+                          std::chrono::steady_clock::time_point deadline) {
+  HandoffStats stats;
+  // Frames begun under the old ring may still charge keys it gives away: wait for them to
+  // end (later frames see the new ring, and are answered WrongOwner for these keys).
+  {
+    std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> busy;
+    {
+      std::lock_guard<std::mutex> lock(workers_mu_);
+      for (const auto& w : workers_) {
+        const uint64_t seq = w->counters.frame_seq.load(std::memory_order_acquire);
+        if (seq % 2 == 1) busy.emplace_back(&w->counters.frame_seq, seq);
+      }
+    }
+    for (auto& [seq, seen] : busy) {
+      while (seq->load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  }
+  const Ring& to = job.to->ring;
+  const int self = IndexOf(to, options_.self);
+  const auto gives = [&](const KeyId& id) {
+    return static_cast<int>(to.OwnerOfSlot(RingSlotOf(id))) != self;
+  };
+  std::vector<std::unique_ptr<Batch>> batches(to.members().size());
+  const auto batch_for = [&](size_t owner) -> Batch& {
+    if (!batches[owner]) batches[owner] = std::make_unique<Batch>();
+    return *batches[owner];
+  };
+  const int64_t now = clock_.NowMs();
+  const uint64_t seed = KeyIdSeedDigest();
+  const auto flush = [&](size_t owner, bool done) {
+    std::unique_ptr<Batch> b = std::move(batches[owner]);
+    if (!b) b = std::make_unique<Batch>();
+    const int64_t keys = static_cast<int64_t>(b->keys.size());
+    auto& fbb = b->fbb;
+    const auto records = fbb.CreateVector(b->keys);
+    const auto splits = fbb.CreateVector(b->splits);
+    const auto from = fbb.CreateString(options_.self);
+    const auto handoff = wire::CreateHandoff(fbb, from, job.to->generation, policy_digest_, seed,
+                                             now, records, splits, done);
+    wire::OpBuilder op(fbb);
+    op.add_id(1);
+    op.add_type(wire::OpType::Handoff);
+    op.add_handoff(handoff);
+    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
+    wire::RequestBuilder request(fbb);
+    request.add_ops(ops);
+    fbb.Finish(request.Finish());
+    ++stats.batches;
+    stats.splits_sent += static_cast<int64_t>(b->splits.size());
+    const int64_t taken = std::chrono::steady_clock::now() < deadline
+                              ? send(to.members()[owner], {fbb.GetBufferPointer(), fbb.GetSize()})
+                              : -1;
+    stats.keys_sent += std::max<int64_t>(0, taken);
+    stats.keys_lost += keys - std::max<int64_t>(0, taken);
+  };
+
+  std::vector<KeyId> ids;
+  std::vector<int64_t> fields;
+  const auto& policies = policies_.policies();
+  for (size_t stripe = 0; stripe < store_.stripe_count(); ++stripe) {
+    {
+      Store::StripeLock lock(store_, {&stripe, 1});
+      for (size_t policy = 0; policy < policies.size(); ++policy) {
+        const int pi = static_cast<int>(policy);
+        ids.clear();
+        store_.KeysIn(stripe, pi, gives, ids);
+        for (const KeyId& id : ids) {
+          const KeyLimiter state = store_.Unpack(pi, store_.Find(pi, id));
+          if (!state.IsFresh(policies[policy].rate, now)) {
+            fields.clear();
+            ExportState(state, now, fields);
+            Batch& b = batch_for(to.OwnerOfSlot(RingSlotOf(id)));
+            b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi,
+                                                   static_cast<uint16_t>(policy),
+                                                   b.fbb.CreateVector(fields)));
+          }
+          store_.Erase(pi, id);
+        }
+      }
+    }
+    for (size_t owner = 0; owner < batches.size(); ++owner) {
+      if (batches[owner] && batches[owner]->full()) flush(owner, false);
+    }
+  }
+  // Splits go with their key: the new owner hands out the same sub-buckets.
+  store_.VisitSplits([&](const KeyId& id, Store::Split& split) {
+    if (!gives(id)) return false;
+    Batch& b = batch_for(to.OwnerOfSlot(RingSlotOf(id)));
+    b.splits.push_back(wire::CreateSplitRecord(
+        b.fbb, id.lo, id.hi, static_cast<uint16_t>(split.policy), b.fbb.CreateString(split.key),
+        split.k, split.epoch, split.valid_until_ms - now, split.rate, split.merging));
+    return true;
+  });
+  // Every other member hears `done`, even with nothing for it: it waits for that.
+  for (size_t owner = 0; owner < to.members().size(); ++owner) {
+    if (static_cast<int>(owner) != self) flush(owner, true);
+  }
+  handoff_counters_.keys_sent.fetch_add(stats.keys_sent);
+  handoff_counters_.keys_lost.fetch_add(stats.keys_lost);
+  return stats;
+}
+
+void Node::MembersOp(const wire::Op& op, const Membership&, OpResult& r) {
+  if (const auto* list = op.members(); list && list->size() > 0) {
+    if (list->size() > Ring::kMaxMembers) {
+      return r.Fail(wire::Status::BadRequest, "members: at most " +
+                                                  std::to_string(Ring::kMaxMembers) +
+                                                  " are allowed, got " +
+                                                  std::to_string(list->size()));
+    }
+    std::vector<std::string> members;
+    for (flatbuffers::uoffset_t i = 0; i < list->size(); ++i) {
+      const auto* m = list->Get(i);
+      if (m == nullptr || m->size() == 0 || m->size() > kMaxNameBytes) {
+        return r.Fail(wire::Status::BadRequest, "members[" + std::to_string(i) +
+                                                    "]: a member is host:port, 1 to " +
+                                                    std::to_string(kMaxNameBytes) + " bytes");
+      }
+      members.push_back(m->str());
+    }
+    const uint64_t ahead = static_cast<uint64_t>(WallMs() + kMaxGenerationAheadMs);
+    if (op.generation() > ahead) {
+      return r.Fail(wire::Status::BadRequest,
+                    "generation " + std::to_string(op.generation()) +
+                        " is more than 10 minutes ahead of this node's clock");
+    }
+    if (std::optional<std::string> error = SetMembers(std::move(members), op.generation())) {
+      return r.Fail(wire::Status::BadRequest, "members: " + *error);
+    }
+  }
+  r.members = membership_.load();
+}
+
+void Node::HandoffOp(Worker&, const wire::Op& op, int64_t now, OpResult& r) {
+  const wire::Handoff* h = op.handoff();
+  if (h == nullptr || h->from() == nullptr || h->from()->size() == 0) {
+    return r.Fail(wire::Status::BadRequest, "HANDOFF needs its handoff table, naming `from`");
+  }
+  const std::string from = h->from()->str().substr(0, kMaxNameBytes);
+  if (h->policies() != policy_digest_ || h->key_seed() != KeyIdSeedDigest()) {
+    handoff_counters_.refused_batches.fetch_add(1);
+    return r.Fail(wire::Status::BadRequest,
+                  "hand-off from " + from + " refused: " +
+                      (h->policies() != policy_digest_
+                           ? "its policy file differs from this node's"
+                           : "its key-id seed differs from this node's (the cluster secret "
+                             "each node started with)"));
+  }
+  const auto& policies = policies_.policies();
+  int64_t taken = 0, refused = 0;
+  std::string first_error;
+  const auto refuse = [&](size_t i, const std::string& why) {
+    ++refused;
+    if (first_error.empty()) first_error = "keys[" + std::to_string(i) + "]: " + why;
+  };
+  if (const auto* keys = h->keys()) {
+    for (flatbuffers::uoffset_t i = 0; i < keys->size(); ++i) {
+      const wire::KeyRecord* k = keys->Get(i);
+      const KeyId id{k->id_lo(), k->id_hi()};
+      if (k->policy() >= policies.size() || (id.lo | id.hi) == 0) {
+        refuse(i, "no such policy or key id");
+        continue;
+      }
+      const int policy = k->policy();
+      const Policy& p = policies[policy];
+      const std::span<const int64_t> fields =
+          k->state() ? std::span<const int64_t>(k->state()->data(), k->state()->size())
+                     : std::span<const int64_t>();
+      Result<std::optional<KeyLimiter>> state = ImportState(p.algorithm, p.rate, fields, now);
+      if (!state) {
+        refuse(i, state.error());
+        continue;
+      }
+      if (!*state) continue;  // fresh by now: nothing to keep
+      const size_t stripe = store_.StripeOf(id);
+      Store::StripeLock lock(store_, {&stripe, 1});
+      if (Slot* slot = store_.Find(policy, id)) {
+        // Served here meanwhile (a wait that expired): keep the stricter of the two.
+        KeyLimiter mine = store_.Take(policy, slot, now);
+        store_.Pack(policy, StricterOf(p.rate, std::move(**state), std::move(mine), now), slot);
+      } else {
+        if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
+          store_.NoteRefusal(policy);
+          handoff_counters_.keys_refused.fetch_add(1);
+          refuse(i, "the node holds max_keys key units");
+          continue;
+        }
+        store_.Pack(policy, std::move(**state), store_.Insert(policy, id));
+      }
+      ++taken;
+    }
+  }
+  if (const auto* splits = h->splits()) {
+    for (const wire::SplitRecord* s : *splits) {
+      const KeyId id{s->id_lo(), s->id_hi()};
+      if (s->policy() >= policies.size() || s->key() == nullptr || s->key()->size() == 0 ||
+          s->key()->size() > kMaxKeyBytes || protocol::SplitError(s->k(), 0)) {
+        continue;
+      }
+      const size_t stripe = store_.StripeOf(id);
+      Store::StripeLock lock(store_, {&stripe, 1});
+      if (store_.FindSplit(id) != nullptr) continue;
+      Store::Split& split = store_.AddSplit(id);
+      split.policy = s->policy();
+      split.key = s->key()->str();
+      split.k = s->k();
+      split.epoch = s->epoch();
+      split.valid_until_ms = now + std::clamp<int64_t>(s->valid_ms(), 0, 24 * 3600 * 1000);
+      split.rate = split.last_tick_rate = std::max<int64_t>(0, s->rate());
+      split.merging = s->merging();
+      handoff_counters_.splits_received.fetch_add(1);
+    }
+  }
+  handoff_counters_.keys_received.fetch_add(taken);
+  if (h->done()) Handed(from, h->generation());
+  r.reply.granted = taken;
+  if (refused > 0) {
+    r.error = std::to_string(refused) + " keys not taken; first: " + first_error;
+  }
+}
+
+}  // namespace limiter

@@ -1,0 +1,222 @@
+#include "server/peers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "client/node_access.h"
+#include "client/node_connection.h"
+#include "common/wire.h"
+
+namespace limiter {
+namespace {
+
+uint64_t WallMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// A Request body with one MEMBERS op: `members` empty asks for the peer's list.
+std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uint64_t generation) {
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  const auto list = fbb.CreateVectorOfStrings(members);
+  wire::OpBuilder op(fbb);
+  op.add_id(1);
+  op.add_type(wire::OpType::Members);
+  op.add_members(list);
+  op.add_generation(generation);
+  const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
+  wire::RequestBuilder request(fbb);
+  request.add_ops(ops);
+  fbb.Finish(request.Finish());
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "limiterd: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+struct Peers::Link {
+  std::mutex mu;
+  std::unique_ptr<NodeConnection> connection;  // guarded by mu; null: not connected
+};
+
+Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms)
+    : node_(node), tls_(std::move(tls)), timeout_ms_(timeout_ms) {}
+
+Peers::~Peers() = default;
+
+Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, int timeout_ms) {
+  std::shared_ptr<asio::ssl::context> context;
+  if (!tls.cert_file.empty()) {
+    if (tls.ca_file.empty()) {
+      return Error{"with TLS on the data port, nodes reach each other (hand-off) over TLS too, "
+                   "verified by the client CA: give tls.client_ca (--tls-client-ca)"};
+    }
+    // The node's certificate serves as its client certificate; the cluster's CA verifies both.
+    Result<std::shared_ptr<asio::ssl::context>> made =
+        MakeClientTlsContext(TlsOptions{tls.cert_file, tls.key_file, tls.ca_file});
+    if (!made) return Error{made.error()};
+    context = std::move(made).value();
+  }
+  return std::unique_ptr<Peers>(new Peers(node, std::move(context), timeout_ms));
+}
+
+Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const uint8_t> body) {
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Link>& l = links_[member];
+    if (!l) l = std::make_shared<Link>();
+    link = l;
+  }
+  std::lock_guard<std::mutex> lock(link->mu);
+  std::string last_error;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!link->connection) {
+      NodeAccess access;
+      access.secret = node_.current_secret();
+      access.tls = tls_;
+      Result<std::unique_ptr<NodeConnection>> c =
+          NodeConnection::Connect(member, timeout_ms_, access);
+      if (!c) {
+        last_error = c.error();
+        continue;
+      }
+      link->connection = std::move(c).value();
+    }
+    if (auto error = link->connection->Send(body)) {
+      last_error = *error;
+      link->connection.reset();
+      continue;
+    }
+    Result<const wire::Reply*> reply = link->connection->Receive();
+    if (!reply) {
+      last_error = reply.error();
+      link->connection.reset();
+      continue;
+    }
+    const wire::Reply* r = *reply;
+    if (r->ops() == nullptr || r->ops()->size() != 1) {
+      link->connection.reset();  // an error frame: the node closes the connection
+      return Error{member + ": " + (r->error() ? r->error()->str() : "no reply to the op")};
+    }
+    const wire::OpReply* op = r->ops()->Get(0);
+    Answer a;
+    a.ok = op->status() == wire::Status::Ok;
+    if (op->error()) a.error = op->error()->str();
+    a.granted = op->granted();
+    a.generation = op->generation();
+    if (op->members()) {
+      for (const auto* m : *op->members()) a.members.push_back(m->str());
+    }
+    return a;
+  }
+  return Error{member + ": " + last_error};
+}
+
+Result<std::pair<std::vector<std::string>, uint64_t>> Peers::AskMembers(const std::string& member) {
+  Result<Answer> a = Exchange(member, MembersRequest({}, 0));
+  if (!a) return Error{a.error()};
+  if (!a->ok) return Error{member + ": " + a->error};
+  return std::make_pair(std::move(a->members), a->generation);
+}
+
+std::optional<std::string> Peers::Announce(const std::string& member,
+                                           const std::vector<std::string>& members,
+                                           uint64_t generation) {
+  Result<Answer> a = Exchange(member, MembersRequest(members, generation));
+  if (!a) return a.error();
+  if (!a->ok) return member + ": " + a->error;
+  return std::nullopt;
+}
+
+int64_t Peers::SendHandoff(const std::string& member, std::span<const uint8_t> frame) {
+  Result<Answer> a = Exchange(member, frame);
+  if (!a) {
+    Log("hand-off to " + a.error());
+    return -1;
+  }
+  if (!a->ok) {
+    Log("hand-off to " + member + " refused: " + a->error);
+    return -1;
+  }
+  if (!a->error.empty()) Log("hand-off to " + member + ": " + a->error);
+  return a->granted;
+}
+
+void Peers::Leave() {
+  const std::shared_ptr<const Node::Membership> m = node_.membership();
+  const std::string& self = node_.options().self;
+  std::vector<std::string> others;
+  for (const std::string& member : m->ring.members()) {
+    if (member != self) others.push_back(member);
+  }
+  if (others.empty() || others.size() == m->ring.members().size()) return;  // alone, or not in it
+  const uint64_t generation = std::max(m->generation + 1, WallMs());
+  // First the others, so that each waits for this node's keys before a gateway that follows
+  // this node's WrongOwner reaches it.
+  for (const std::string& member : others) {
+    if (auto error = Announce(member, others, generation)) {
+      Log("leaving: " + *error + " (it learns the list later; its keys from here may start "
+          "fresh)");
+    }
+  }
+  node_.Leave(generation);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(node_.options().handoff_deadline_ms + 1000);
+  while (node_.handoffs_in_progress() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto& c = node_.handoff_counters();
+  Log("left the cluster at generation " + std::to_string(generation) + ": " +
+      std::to_string(c.keys_sent.load()) + " keys handed over, " +
+      std::to_string(c.keys_lost.load()) + " lost");
+}
+
+void Peers::Join() {
+  const std::shared_ptr<const Node::Membership> mine = node_.membership();
+  const std::string& self = node_.options().self;
+  std::optional<std::pair<std::vector<std::string>, uint64_t>> best;
+  for (const std::string& member : mine->ring.members()) {
+    if (member == self) continue;
+    Result<std::pair<std::vector<std::string>, uint64_t>> theirs = AskMembers(member);
+    if (!theirs) continue;  // not up (a cold start), or not reachable
+    if (!best || theirs->second > best->second) best = std::move(theirs).value();
+  }
+  if (!best || best->first.empty()) {
+    Log("join: no other member answered; serving by the configured list");
+    node_.OpenGate();
+    return;
+  }
+  auto& [list, generation] = *best;
+  if (std::find(list.begin(), list.end(), self) != list.end()) {
+    // Already a member by their list: nobody holds keys for this node.
+    (void)node_.SetMembers(list, generation);
+    node_.OpenGate();
+    Log("join: already a member at generation " + std::to_string(generation));
+    return;
+  }
+  std::vector<std::string> members = list;
+  members.push_back(self);
+  const uint64_t next = std::max({generation + 1, mine->generation + 1, WallMs()});
+  if (auto error = node_.Join(list, members, next)) {
+    Log("join: " + *error);
+    node_.OpenGate();
+    return;
+  }
+  for (const std::string& member : list) {
+    if (auto error = Announce(member, members, next)) {
+      Log("join: " + *error + " (its keys for this node arrive late or start fresh)");
+    }
+  }
+  Log("join: joined at generation " + std::to_string(next) + " with " +
+      std::to_string(members.size()) + " members");
+}
+
+}  // namespace limiter

@@ -1,0 +1,79 @@
+// Peers: what a node says to the other nodes of its cluster, over their data ports: member
+// lists (asking for one, announcing one) and hand-off batches. It also runs the node's half
+// of leaving and joining (see "Hand-off" in node.h):
+//   - Leave: announce the list without this node to every other member (each then waits for
+//     this node's keys), adopt it (every op is answered WrongOwner with it), hand every key
+//     over, and return once done or at the deadline.
+//   - Join: ask the members for their list; if it lacks this node, adopt it with this node
+//     added, at a newer generation, announce it, and let the node wait for each key it gains
+//     until its last owner has handed it over.
+//
+// Blocking connections (the client library's NodeConnection, with the node's own secret and,
+// with mutual TLS, its certificate), one per peer, kept open. Used from the node's hand-off
+// and join/leave threads, never a worker; thread-safe (one call at a time per peer).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "common/tls_options.h"
+#include "server/node.h"
+
+namespace asio::ssl {
+class context;
+}
+
+namespace limiter {
+
+class NodeConnection;
+
+class Peers {
+ public:
+  // `tls`: the node's data-port TLS; peers are reached over TLS when it is on (verified by
+  // tls.ca_file, presenting the node's certificate). An error when TLS is on without a CA.
+  static Result<std::unique_ptr<Peers>> Make(Node& node, const TlsOptions& tls, int timeout_ms);
+  ~Peers();
+
+  // The member list `member` uses, with its generation.
+  Result<std::pair<std::vector<std::string>, uint64_t>> AskMembers(const std::string& member);
+  // Tells `member` to adopt `members` at `generation`; an error when it could not or would not.
+  std::optional<std::string> Announce(const std::string& member,
+                                      const std::vector<std::string>& members,
+                                      uint64_t generation);
+  // A Node::HandoffSink: the keys `member` took, or -1.
+  int64_t SendHandoff(const std::string& member, std::span<const uint8_t> frame);
+
+  // See above. Both log what they do on stderr, one line each step.
+  void Leave();
+  void Join();
+
+ private:
+  Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms);
+  struct Link;
+  // What a peer answered to a frame's one op.
+  struct Answer {
+    bool ok = false;
+    std::string error;
+    int64_t granted = 0;
+    std::vector<std::string> members;
+    uint64_t generation = 0;
+  };
+  // Sends one Request body to `member` and reads its reply's first op (reconnecting once).
+  Result<Answer> Exchange(const std::string& member, std::span<const uint8_t> body);
+
+  Node& node_;
+  std::shared_ptr<asio::ssl::context> tls_;
+  const int timeout_ms_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Link>> links_;  // guarded by mu_
+};
+
+}  // namespace limiter
