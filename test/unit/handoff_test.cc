@@ -1,0 +1,2 @@
+// placeholder: replaced in this change
+#include <gtest/gtest.h>
