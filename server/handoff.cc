@@ -351,11 +351,40 @@ void Node::MembersOp(const wire::Op& op, const Membership&, OpResult& r) {
                     "generation " + std::to_string(op.generation()) +
                         " is more than 10 minutes ahead of this node's clock");
     }
-    if (std::optional<std::string> error = SetMembers(std::move(members), op.generation())) {
+    const std::shared_ptr<const Membership> before = membership_.load();
+    if (std::optional<std::string> error = SetMembers(members, op.generation())) {
       return r.Fail(wire::Status::BadRequest, "members: " + *error);
+    }
+    if (membership_.load() != before) {  // adopted: remember who left and who came
+      std::lock_guard<std::mutex> lock(handoff_mu_);
+      const int64_t now = clock_.NowMs();
+      std::erase_if(announced_, [&](const auto& a) {
+        return now - a.second.second > kAnnouncedHoldMs || announced_.size() > 4 * Ring::kMaxMembers;
+      });
+      const auto& old = before->ring.members();
+      for (const std::string& m : old) {
+        if (std::find(members.begin(), members.end(), m) == members.end()) {
+          announced_[m] = {false, now};
+        }
+      }
+      for (const std::string& m : members) {
+        if (std::find(old.begin(), old.end(), m) == old.end()) announced_[m] = {true, now};
+      }
     }
   }
   r.members = membership_.load();
+}
+
+std::vector<std::string> Node::WithAnnounced(std::vector<std::string> discovered) const {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  const int64_t now = clock_.NowMs();
+  for (const auto& [member, what] : announced_) {
+    if (now - what.second > kAnnouncedHoldMs) continue;
+    const auto it = std::find(discovered.begin(), discovered.end(), member);
+    if (!what.first && it != discovered.end()) discovered.erase(it);
+    if (what.first && it == discovered.end()) discovered.push_back(member);
+  }
+  return discovered;
 }
 
 void Node::HandoffOp(Worker&, const wire::Op& op, int64_t now, OpResult& r) {

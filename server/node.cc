@@ -71,7 +71,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   // restarted node does not reuse the epochs of its previous life.
   split_epoch_.store(static_cast<uint32_t>(clock.NowMs()));
   last_tick_ms_ = clock.NowMs();
-  if (options_.join_gate && options_.members.size() > 1) {
+  if (options_.join_gate) {
     // Until Join or OpenGate: another member may hold keys this node owns by its list.
     for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(kAnySource);
     pending_count_.store(static_cast<int64_t>(Ring::kSlots));

@@ -214,6 +214,11 @@ class Node {
                                    std::vector<std::string> members, uint64_t generation);
   // Serves every key it owns now (a join that found nobody to wait for).
   void OpenGate();
+  // A member list found by DNS, corrected by what members announced in the last
+  // kAnnouncedHoldMs: one that left is taken out, one that joined is put in. DNS lags behind
+  // both (a terminating pod is still listed, a new one not yet), and must not undo them.
+  std::vector<std::string> WithAnnounced(std::vector<std::string> discovered) const;
+  static constexpr int64_t kAnnouncedHoldMs = 5 * 60 * 1000;
   // Ring slots whose keys this node waits to be handed; 0: it serves every key it owns.
   int64_t waiting_slots() const { return pending_count_.load(std::memory_order_relaxed); }
   // Jobs queued or running; 0 once every key given up has been sent.
@@ -344,6 +349,8 @@ class Node {
   };
   std::vector<Wait> waits_;                               // guarded by handoff_mu_
   std::unordered_map<std::string, uint64_t> handed_;      // member -> latest done; handoff_mu_
+  // Members announced gone (false) or come (true), and when (node clock); handoff_mu_.
+  std::unordered_map<std::string, std::pair<bool, int64_t>> announced_;
   int64_t waits_until_ms_ = 0;                            // guarded by handoff_mu_
   std::deque<HandoffJob> jobs_;                           // guarded by handoff_mu_
   int64_t jobs_running_ = 0;                              // guarded by handoff_mu_

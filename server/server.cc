@@ -369,7 +369,10 @@ void Server::Run() {
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        members.error().c_str());
-        } else if (auto error = s.node.SetMembers(std::move(members).value(), DnsGeneration())) {
+        } else if (std::vector<std::string> list = s.node.WithAnnounced(std::move(members).value());
+                   s.node.membership()->ring.HasMembers(list)) {
+          // Nothing new: the generation stays (a newer one would only churn the gateways).
+        } else if (auto error = s.node.SetMembers(std::move(list), DnsGeneration())) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        error->c_str());
         }

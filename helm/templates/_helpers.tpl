@@ -113,3 +113,43 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/*
+handoff.deadline in whole seconds. Only three simple forms are understood: N (seconds), Ns and
+Nm; anything else (500ms, 1h, 1m30s) fails rendering. At most 600 (limiterd's own limit).
+*/}}
+{{- define "limiter.handoffSeconds" -}}
+{{- $d := toString .Values.handoff.deadline | trim }}
+{{- $seconds := 0 }}
+{{- if regexMatch "^[0-9]+s?$" $d }}
+{{- $seconds = trimSuffix "s" $d | atoi }}
+{{- else if regexMatch "^[0-9]+m$" $d }}
+{{- $seconds = mul (trimSuffix "m" $d | atoi) 60 }}
+{{- else }}
+{{- fail (printf "limiter: handoff.deadline must be whole seconds or minutes: N (seconds), Ns or Nm, e.g. 10s; got '%s'" $d) }}
+{{- end }}
+{{- if gt $seconds 600 }}
+{{- fail (printf "limiter: handoff.deadline is at most 10m (600 s), limiterd's own limit; got '%s'" $d) }}
+{{- end }}
+{{- $seconds }}
+{{- end }}
+
+{{/* handoff.deadline as the node config's handoff_deadline: 0 (off), Ns or Nm. */}}
+{{- define "limiter.handoffDeadline" -}}
+{{- $seconds := include "limiter.handoffSeconds" . | atoi }}
+{{- $d := toString .Values.handoff.deadline | trim }}
+{{- if eq $seconds 0 }}0{{ else if hasSuffix "m" $d }}{{ $d }}{{ else }}{{ $seconds }}s{{ end }}
+{{- end }}
+
+{{/*
+Fails rendering when terminationGracePeriodSeconds cannot hold a drain: the preStop hook waits
+up to handoff.deadline + 5 s for the node to hand its keys over, and the kubelet kills the pod
+at the end of the grace period whatever the hook is doing.
+*/}}
+{{- define "limiter.checkGracePeriod" -}}
+{{- $handoff := include "limiter.handoffSeconds" . | atoi }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- if lt $grace (add $handoff 5) }}
+{{- fail (printf "limiter: terminationGracePeriodSeconds (%d) must be at least handoff.deadline (%d s) + 5 s = %d, or the kubelet kills a draining node before it has handed its keys over; raise terminationGracePeriodSeconds (deadline + 10 s is comfortable) or lower handoff.deadline" $grace $handoff (add $handoff 5)) }}
+{{- end }}
+{{- end }}

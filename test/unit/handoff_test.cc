@@ -1,2 +1,419 @@
-// placeholder: replaced in this change
+// The hand-off of keys between nodes (server/handoff.cc), in one process: real Nodes, each on
+// its own manual clock (far apart, as two machines' monotonic clocks are), frames carried by
+// a sink that hands each batch to the receiving node. Leaves, joins, leases in flight, split
+// hot keys, a hand-off that never comes, and bad batches.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "common/policy_file.h"
+#include "common/wire.h"
+#include "server/node.h"
+
+namespace limiter {
+namespace {
+
+const char* kPolicies = R"(
+policies:
+  - {name: login, algorithm: token_bucket, limit: 10, window: 1m, class: security, mode: strict}
+  - {name: api, algorithm: gcra, limit: 100, window: 1m, burst: 20, class: contract,
+     lease: {size: 5, ttl: 2s}}
+  - {name: day, algorithm: fixed_window, limit: 50, window: 1h, class: contract}
+  - {name: hot, algorithm: token_bucket, limit: 100000, window: 1s, class: contract}
+)";
+
+class Cluster : public ::testing::Test {
+ protected:
+  Cluster() {
+    Result<PolicySet> p = ParsePolicies(kPolicies, "handoff.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+  }
+
+  struct Member {
+    std::unique_ptr<ManualClock> clock;
+    std::unique_ptr<Node> node;
+    Node::Worker* worker = nullptr;
+  };
+
+  // A node named `name` with `members` at generation 1; its clock reads `clock_ms`.
+  Node& Add(const std::string& name, std::vector<std::string> members, int64_t clock_ms,
+            bool join_gate = false) {
+    Member& m = members_[name];
+    m.clock = std::make_unique<ManualClock>(clock_ms);
+    NodeOptions o;
+    o.name = name;
+    o.self = name;
+    o.members = std::move(members);
+    o.generation = 1;
+    o.handoff_deadline_ms = 5000;
+    o.join_gate = join_gate;
+    o.hot.split_above = 500;
+    o.hot.sample_every = 1;
+    m.node = std::make_unique<Node>(policies_, *m.clock, o);
+    m.worker = &m.node->AddWorker();
+    return *m.node;
+  }
+  Node& node(const std::string& name) { return *members_.at(name).node; }
+  ManualClock& clock(const std::string& name) { return *members_.at(name).clock; }
+  void AdvanceAll(int64_t ms) {
+    for (auto& [name, m] : members_) m.clock->Advance(ms);
+  }
+
+  // One frame to a node; its verified reply (valid until the next call).
+  const wire::Reply& Send(const std::string& to, std::span<const uint8_t> body) {
+    Member& m = members_.at(to);
+    out_.clear();
+    m.node->HandleFrame(*m.worker, body, out_);
+    const FrameResult f = DecodeFrame(out_, 64u << 20);
+    EXPECT_EQ(f.status, FrameStatus::kFrame);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    EXPECT_NE(reply, nullptr);
+    return *reply;
+  }
+  const wire::OpReply& One(const std::string& to, RequestBuilder& b) {
+    const wire::Reply& r = Send(to, b.Finish());
+    b.Clear();
+    EXPECT_EQ(r.ops()->size(), 1u);
+    return *r.ops()->Get(0);
+  }
+  wire::Status Check(const std::string& to, const std::string& policy, const std::string& key,
+                     bool* allowed = nullptr) {
+    RequestBuilder b;
+    b.Check(1, policy, key);
+    const wire::OpReply& r = One(to, b);
+    if (allowed) *allowed = r.allowed();
+    return r.status();
+  }
+  // How many of n checks the owner admits (every answer must be Ok).
+  int Admitted(const std::string& to, const std::string& policy, const std::string& key, int n) {
+    int admitted = 0;
+    for (int i = 0; i < n; ++i) {
+      bool allowed = false;
+      EXPECT_EQ(Check(to, policy, key, &allowed), wire::Status::Ok) << key << " on " << to;
+      admitted += allowed;
+    }
+    return admitted;
+  }
+  std::string OwnerOf(const std::string& via, const std::string& key) {
+    return node(via).ring()->Owner(key);
+  }
+
+  // Delivers hand-off frames to the named node in-process; counts what each was sent.
+  Node::HandoffSink Sink() {
+    return [this](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+      ++frames_to_[member];
+      if (!members_.count(member) || unreachable_.count(member)) return -1;
+      const wire::Reply& r = Send(member, frame);
+      if (r.ops() == nullptr || r.ops()->size() != 1) return -1;
+      const wire::OpReply* op = r.ops()->Get(0);
+      if (op->status() != wire::Status::Ok) {
+        last_refusal_ = op->error() ? op->error()->str() : "";
+        return -1;
+      }
+      return op->granted();
+    };
+  }
+  std::optional<HandoffStats> RunHandoff(const std::string& on) {
+    return node(on).RunNextHandoff(Sink(), std::chrono::milliseconds(0));
+  }
+
+  int64_t Stat(const std::string& on, const std::string& name) {
+    for (const auto& [n, v] : node(on).Stats()) {
+      if (n == name) return v;
+    }
+    ADD_FAILURE() << "no stat " << name;
+    return -1;
+  }
+
+  PolicySet policies_;
+  std::map<std::string, Member> members_;
+  std::map<std::string, int> frames_to_;
+  std::set<std::string> unreachable_;
+  std::string last_refusal_;
+  std::vector<uint8_t> out_;
+  std::vector<uint64_t> aligned_;
+};
+
+// Keys named so that each of the two nodes owns some.
+std::vector<std::string> Keys(int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back("user-" + std::to_string(i));
+  return keys;
+}
+
+TEST_F(Cluster, ALeavingNodesKeysGoOnFromTheirStateOnTheirNextOwner) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000'000);
+  Add("b:1", both, 77'000'000);  // another machine's monotonic clock
+  int on_a = 0;
+  for (const std::string& k : Keys(40)) {
+    const std::string owner = OwnerOf("a:1", k);
+    on_a += owner == "a:1";
+    EXPECT_EQ(Admitted(owner, "login", k, 12), 10) << k;  // the burst, then denied
+    EXPECT_EQ(Admitted(owner, "day", k, 30), 30);
+  }
+  ASSERT_GT(on_a, 5);
+  // b learns the list without a first (a's announcement), then a leaves.
+  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  node("a:1").Leave(2);
+  // Until a's keys arrive, b answers Moving for them (never a fresh key), and a WrongOwner.
+  for (const std::string& k : Keys(40)) {
+    if (OwnerOf("a:1", k) == "b:1") continue;  // a's ring no longer has a: every key is b's
+  }
+  int moving = 0;
+  for (const std::string& k : Keys(40)) moving += Check("b:1", "login", k) == wire::Status::Moving;
+  EXPECT_EQ(moving, on_a);
+  EXPECT_EQ(Check("a:1", "login", "user-0"), wire::Status::WrongOwner);
+
+  const std::optional<HandoffStats> stats = RunHandoff("a:1");
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->keys_sent, 2 * on_a);  // login and day, each key
+  EXPECT_EQ(stats->keys_lost, 0);
+  EXPECT_EQ(node("a:1").store().keys(), 0);
+  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+  EXPECT_EQ(Stat("b:1", "handoff_keys_received"), 2 * on_a);
+  // Every key goes on from where it was: no fresh burst, the day's count kept.
+  AdvanceAll(5'000);  // less than a token's refill (6 s)
+  for (const std::string& k : Keys(40)) {
+    EXPECT_EQ(Admitted("b:1", "login", k, 3), 0) << k;
+    EXPECT_EQ(Admitted("b:1", "day", k, 30), 20) << k;
+  }
+  AdvanceAll(1'100);  // one token each
+  for (const std::string& k : Keys(40)) EXPECT_EQ(Admitted("b:1", "login", k, 3), 1) << k;
+}
+
+TEST_F(Cluster, AJoiningNodeWaitsForItsKeysThenServesTheirState) {
+  const std::vector<std::string> two = {"a:1", "b:1"};
+  const std::vector<std::string> three = {"a:1", "b:1", "c:1"};
+  Add("a:1", two, 10'000);
+  Add("b:1", two, 20'000'000);
+  for (const std::string& k : Keys(60)) EXPECT_EQ(Admitted(OwnerOf("a:1", k), "login", k, 11), 10);
+  // c starts with the join gate: it serves nothing until it knows who holds what.
+  Add("c:1", three, 5, /*join_gate=*/true);
+  EXPECT_EQ(Check("c:1", "login", "user-1"), wire::Status::Moving);
+  ASSERT_FALSE(node("c:1").Join(two, three, 2).has_value());
+  const Ring ring3(three);
+  std::vector<std::string> gained;
+  for (const std::string& k : Keys(60)) {
+    if (ring3.Owner(k) == "c:1") gained.push_back(k);
+  }
+  ASSERT_FALSE(gained.empty());
+  for (const std::string& k : gained) EXPECT_EQ(Check("c:1", "login", k), wire::Status::Moving);
+  // The others adopt the announced list; each hands c what it gained.
+  ASSERT_FALSE(node("a:1").SetMembers(three, 2).has_value());
+  ASSERT_FALSE(node("b:1").SetMembers(three, 2).has_value());
+  EXPECT_EQ(Check("a:1", "login", gained.front()), wire::Status::WrongOwner);
+  ASSERT_TRUE(RunHandoff("a:1").has_value());
+  EXPECT_GT(node("c:1").waiting_slots(), 0);  // b has not handed its part yet
+  ASSERT_TRUE(RunHandoff("b:1").has_value());
+  EXPECT_EQ(node("c:1").waiting_slots(), 0);
+  for (const std::string& k : gained) EXPECT_EQ(Admitted("c:1", "login", k, 3), 0) << k;
+  EXPECT_EQ(Stat("c:1", "handoff_keys_received"), static_cast<int64_t>(gained.size()));
+}
+
+TEST_F(Cluster, AHandOffThatNeverComesEndsAtTheDeadlineAndIsCounted) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 1'000);
+  std::string mine;
+  for (const std::string& k : Keys(40)) {
+    if (OwnerOf("a:1", k) == "a:1") mine = k;
+  }
+  EXPECT_EQ(Admitted("a:1", "login", mine, 12), 10);
+  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  // a is killed: it never hands anything over.
+  EXPECT_EQ(Check("b:1", "login", mine), wire::Status::Moving);
+  clock("b:1").Advance(4'999);
+  node("b:1").Tick();
+  EXPECT_EQ(Check("b:1", "login", mine), wire::Status::Moving);
+  clock("b:1").Advance(1);
+  node("b:1").Tick();
+  // The crash promise: the key starts fresh, one burst.
+  EXPECT_EQ(Admitted("b:1", "login", mine, 12), 10);
+  EXPECT_GT(Stat("b:1", "handoff_waits_expired"), 0);
+  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+}
+
+TEST_F(Cluster, KeysThatCannotBeDeliveredAreCountedLost) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 1'000);
+  int on_a = 0;
+  for (const std::string& k : Keys(30)) {
+    if (OwnerOf("a:1", k) != "a:1") continue;
+    ++on_a;
+    Admitted("a:1", "login", k, 1);
+  }
+  node("a:1").Leave(2);
+  unreachable_.insert("b:1");
+  const std::optional<HandoffStats> stats = RunHandoff("a:1");
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->keys_lost, on_a);
+  EXPECT_EQ(stats->keys_sent, 0);
+  EXPECT_EQ(Stat("a:1", "handoff_keys_lost"), on_a);
+}
+
+// A lease granted before the move stays valid at the gateway (its units were charged); the
+// new owner knows nothing of it, so a RETURN of its units gives nothing back there.
+TEST_F(Cluster, ALeaseInFlightStaysChargedAndItsReturnGivesNothingBackOnTheNewOwner) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 9'000'000);
+  std::string key;
+  for (const std::string& k : Keys(40)) {
+    if (OwnerOf("a:1", k) == "a:1") key = k;
+  }
+  RequestBuilder b;
+  b.Lease(1, "api", key, "", 20);
+  const wire::OpReply& lease = One("a:1", b);
+  ASSERT_EQ(lease.status(), wire::Status::Ok);
+  ASSERT_EQ(lease.granted(), 20);
+  const uint64_t lease_id = lease.lease_id();
+  const int64_t granted_at = lease.granted_at_ms();
+  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  node("a:1").Leave(2);
+  ASSERT_TRUE(RunHandoff("a:1").has_value());
+  b.Return(2, "api", key, "", 20, granted_at, lease_id);
+  const wire::OpReply& returned = One("b:1", b);
+  EXPECT_EQ(returned.status(), wire::Status::BadRequest);
+  EXPECT_EQ(returned.granted(), 0);
+  EXPECT_NE(returned.error()->str().find("is not outstanding on this node"), std::string::npos);
+  EXPECT_EQ(Admitted("b:1", "api", key, 5), 0);  // the burst of 20 was leased: none left
+}
+
+TEST_F(Cluster, ASplitHotKeyMovesWithItsSplit) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 3'000'000);
+  std::string key;
+  for (const std::string& k : Keys(40)) {
+    if (OwnerOf("a:1", k) == "a:1") key = k;
+  }
+  node("a:1").Tick();
+  for (int i = 0; i < 2000; ++i) Check("a:1", "hot", key);
+  clock("a:1").Advance(1000);
+  node("a:1").Tick();
+  ASSERT_EQ(Check("a:1", "hot", key), wire::Status::Split) << "the key did not split";
+  ASSERT_EQ(node("a:1").store().split_count(), 1);
+  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  node("a:1").Leave(2);
+  const std::optional<HandoffStats> stats = RunHandoff("a:1");
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->splits_sent, 1);
+  EXPECT_EQ(node("a:1").store().split_count(), 0);
+  EXPECT_EQ(node("b:1").store().split_count(), 1);
+  // The new owner answers for the key with the same split: clients keep its sub-buckets.
+  RequestBuilder b;
+  b.Check(1, "hot", key);
+  const wire::OpReply& r = One("b:1", b);
+  EXPECT_EQ(r.status(), wire::Status::Split);
+  EXPECT_EQ(r.split_k(), 4);
+}
+
+TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 1'000);
+  std::vector<std::string> mine;
+  for (const std::string& k : Keys(40)) {
+    if (OwnerOf("a:1", k) == "a:1") mine.push_back(k);
+  }
+  for (const std::string& k : mine) Admitted("a:1", "login", k, 2);
+  // A hand-off batch as a's would be, taken apart and put together with bad parts.
+  std::vector<uint8_t> captured;
+  node("a:1").Leave(2);
+  node("a:1").RunNextHandoff(
+      [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+        if (member == "b:1" && captured.empty()) captured.assign(frame.begin(), frame.end());
+        return 0;
+      },
+      std::chrono::milliseconds(0));
+  ASSERT_FALSE(captured.empty());
+  std::vector<uint64_t> aligned;
+  const wire::Request* request = VerifiedRequest(captured, aligned);
+  ASSERT_NE(request, nullptr);
+  const wire::Handoff* h = request->ops()->Get(0)->handoff();
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->keys()->size(), mine.size());
+
+  auto rebuild = [&](uint64_t policies, bool corrupt_first) {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
+    for (flatbuffers::uoffset_t i = 0; i < h->keys()->size(); ++i) {
+      const wire::KeyRecord* k = h->keys()->Get(i);
+      std::vector<int64_t> state(k->state()->begin(), k->state()->end());
+      if (corrupt_first && i == 0) state[0] = -7;  // tokens below zero
+      keys.push_back(wire::CreateKeyRecord(fbb, k->id_lo(), k->id_hi(), k->policy(),
+                                           fbb.CreateVector(state)));
+    }
+    const auto handoff = wire::CreateHandoff(fbb, fbb.CreateString("a:1"), 2, policies,
+                                             h->key_seed(), h->now_ms(), fbb.CreateVector(keys),
+                                             0, true);
+    wire::OpBuilder op(fbb);
+    op.add_id(9);
+    op.add_type(wire::OpType::Handoff);
+    op.add_handoff(handoff);
+    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
+    wire::RequestBuilder req(fbb);
+    req.add_ops(ops);
+    fbb.Finish(req.Finish());
+    return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  };
+  {
+    const std::vector<uint8_t> other_file = rebuild(h->policies() ^ 1, false);
+    const wire::Reply& r = Send("b:1", other_file);
+    EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::BadRequest);
+    EXPECT_NE(r.ops()->Get(0)->error()->str().find("policy file differs"), std::string::npos);
+    EXPECT_EQ(Stat("b:1", "handoff_batches_refused"), 1);
+    EXPECT_EQ(Stat("b:1", "handoff_keys_received"), 0);
+  }
+  {
+    const std::vector<uint8_t> one_bad = rebuild(h->policies(), true);
+    const wire::Reply& r = Send("b:1", one_bad);
+    const wire::OpReply* op = r.ops()->Get(0);
+    EXPECT_EQ(op->status(), wire::Status::Ok);
+    EXPECT_EQ(op->granted(), static_cast<int64_t>(mine.size()) - 1);  // the others are taken
+    EXPECT_NE(op->error()->str().find("keys[0]: state field tokens"), std::string::npos)
+        << op->error()->str();
+  }
+}
+
+TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
+  Add("a:1", {"a:1", "b:1"}, 1'000);
+  auto members_op = [&](std::vector<std::string> members, uint64_t generation) {
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto list = fbb.CreateVectorOfStrings(members);
+    wire::OpBuilder op(fbb);
+    op.add_id(1);
+    op.add_type(wire::OpType::Members);
+    op.add_members(list);
+    op.add_generation(generation);
+    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
+    wire::RequestBuilder req(fbb);
+    req.add_ops(ops);
+    fbb.Finish(req.Finish());
+    const wire::Reply& r = Send("a:1", {fbb.GetBufferPointer(), fbb.GetSize()});
+    const wire::OpReply* o = r.ops()->Get(0);
+    return std::make_pair(o->status(), o->error() ? o->error()->str() : std::string());
+  };
+  EXPECT_EQ(members_op({"b:1", "c:1"}, 5).second, "members: this node (a:1) is not in the member list");
+  EXPECT_NE(members_op({"a:1", ""}, 5).second.find("members[1]"), std::string::npos);
+  EXPECT_NE(members_op({"a:1"}, UINT64_MAX).second.find("ahead of this node's clock"),
+            std::string::npos);
+  EXPECT_EQ(node("a:1").membership()->generation, 1u);  // none of them was adopted
+  // An empty list asks; a newer one is adopted and answered with.
+  EXPECT_EQ(members_op({}, 0).first, wire::Status::Ok);
+  EXPECT_EQ(members_op({"a:1", "c:1"}, 7).first, wire::Status::Ok);
+  EXPECT_EQ(node("a:1").membership()->generation, 7u);
+  // What was announced corrects a lagging DNS answer: b left, c came.
+  EXPECT_EQ(node("a:1").WithAnnounced({"a:1", "b:1"}), (std::vector<std::string>{"a:1", "c:1"}));
+}
+
+}  // namespace
+}  // namespace limiter
