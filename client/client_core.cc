@@ -410,12 +410,37 @@ void ClientCore::Call(const std::string& address, OpSpec op, int64_t timeout_us,
     scheduler_.Cancel(state->timer);
     if (result.status == CallStatus::kConnection) {
       ClientCounters::Add(counters_.store_errors);
-      if (routing_.MarkDown(address)) StartProbing(address);
+      if (routing_.MarkDown(address)) {
+        StartProbing(address);
+        AskMembers(address);
+      }
     } else {
       routing_.NoteOk(address);
     }
     state->done(std::move(result));
   });
+}
+
+void ClientCore::AskMembers(const std::string& down) {
+  // A node that refuses connections may have left the cluster (a scale-in, a node drained
+  // while this gateway sent it nothing): another member has the list without it, if so.
+  const std::shared_ptr<const Routing::Membership> m = routing_.membership();
+  const auto& members = m->ring->members();
+  if (members.size() < 2) return;
+  const size_t start = static_cast<size_t>(scheduler_.NowUs()) % members.size();
+  for (size_t i = 0; i < members.size(); ++i) {
+    const std::string& other = members[(start + i) % members.size()];
+    if (other == down || routing_.IsDown(other)) continue;
+    OpSpec op;
+    op.kind = OpKind::kMembers;
+    ClientCounters::Add(counters_.store_calls);
+    transport_.Send(other, std::move(op), [this](CallResult result) {
+      if (result.status == CallStatus::kOk && !result.answer.members.empty()) {
+        routing_.Offer(result.answer.members, result.answer.generation);
+      }
+    });
+    return;
+  }
 }
 
 void ClientCore::StartProbing(const std::string& address) {

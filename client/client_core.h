@@ -127,6 +127,8 @@ class ClientCore {
   void Call(const std::string& address, OpSpec op, int64_t timeout_us, Transport::Callback done,
             Transport::Callback late = nullptr);
   void StartProbing(const std::string& address);
+  // Asks another member for its member list (a node that went down may have left).
+  void AskMembers(const std::string& down);
   void Probe(const std::string& address);
   // Pays billing debts owed to a node that is back, a few calls at a time.
   void Reconcile(const std::string& address);

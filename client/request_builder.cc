@@ -122,6 +122,10 @@ void RequestBuilder::HotKeys(uint64_t id) {
   impl_->Add(id, wire::OpType::HotKeys, 0, {}, 1, {}, false, 0);
 }
 
+void RequestBuilder::Members(uint64_t id) {
+  impl_->Add(id, wire::OpType::Members, 0, {}, 1, {}, false, 0);
+}
+
 void RequestBuilder::OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,
                                  std::span<const uint8_t> token) {
   impl_->split_token.assign(token.begin(), token.end());

@@ -36,6 +36,8 @@ class RequestBuilder {
   // SPLIT: a split key's current split, reporting `sent` ops sent to its sub-buckets.
   void Split(uint64_t id, std::string_view policy, std::string_view key, int64_t sent);
   void HotKeys(uint64_t id);
+  // MEMBERS with no list: asks the node for its member list and generation.
+  void Members(uint64_t id);
   // Makes the next op (Check, Lease, Return, Inspect) one on sub-bucket `index` of a key split
   // `k` ways in split `epoch`.
   void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,

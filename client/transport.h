@@ -13,7 +13,8 @@
 
 namespace limiter {
 
-enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats, kSplit, kHotKeys };
+enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats, kSplit, kHotKeys, kMembers };
+inline constexpr size_t kOpKinds = 7;
 
 // What a client asks a node: the fields of one wire::Op.
 struct OpSpec {

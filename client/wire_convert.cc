@@ -18,6 +18,7 @@ void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
     case OpKind::kStats: b.Stats(id); break;
     case OpKind::kSplit: b.Split(id, op.policy, op.key, op.cost); break;
     case OpKind::kHotKeys: b.HotKeys(id); break;
+    case OpKind::kMembers: b.Members(id); break;
   }
 }
 

@@ -81,13 +81,28 @@ grep -qi '^retry-after:' <<<"$headers" || fail "a 429 without Retry-After: $head
   done > /tmp/limiter-stack-restart.$$ ) &
 load=$!
 sleep 1
-podman restart "${PROJECT}_limiterd_2" >/dev/null
+# -t 20: the node's SIGTERM hands its keys over first (handoff_deadline 10s); podman-compose
+# 1.0.3 ignores the file's stop_grace_period.
+podman restart -t 20 "${PROJECT}_limiterd_2" >/dev/null
 wait "$load"
 restart_codes=$(sort /tmp/limiter-stack-restart.$$ | uniq -c)
 rm -f /tmp/limiter-stack-restart.$$
 log "150 requests while node 2 restarted: $(tr '\n' ' ' <<<"$restart_codes")"
 bad=$(awk '$2 != 200 && $2 != 429' <<<"$restart_codes")
 [ -z "$bad" ] || fail "requests failed during the restart: $restart_codes"
+# The restart was a hand-off, not a reset: the node left with its keys handed over, and came
+# back by joining.
+node_log=$(podman logs "${PROJECT}_limiterd_2" 2>&1)
+leave_line=$(grep -m1 'left the cluster' <<<"$node_log") || fail "node 2 did not hand its keys over: $node_log"
+log "node 2: ${leave_line#limiterd: }"
+joined=""
+for i in $(seq 50); do  # its second life's join line
+  joins=$(podman logs "${PROJECT}_limiterd_2" 2>&1 | grep 'join:' || true)
+  [ "$(wc -l <<<"$joins")" -ge 2 ] && joined=$(tail -1 <<<"$joins") && break
+  sleep 0.2
+done
+[ -n "$joined" ] || fail "node 2 did not join again after its restart"
+log "node 2: ${joined#limiterd: }"
 
 teardown
 trap - EXIT

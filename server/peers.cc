@@ -34,6 +34,8 @@ std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uin
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
+constexpr int64_t kLingerMs = 500;
+
 void Log(const std::string& line) {
   std::fprintf(stderr, "limiterd: %s\n", line.c_str());
   std::fflush(stderr);
@@ -167,16 +169,22 @@ void Peers::Leave() {
           "fresh)");
     }
   }
+  const int64_t sent_before = node_.handoff_counters().keys_sent.load();
+  const int64_t lost_before = node_.handoff_counters().keys_lost.load();
   node_.Leave(generation);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(node_.options().handoff_deadline_ms + 1000);
   while (node_.handoffs_in_progress() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Linger a moment, answering WrongOwner with the new list: a gateway that sends this node
+  // anything meanwhile learns the list here rather than from a refused connection.
+  std::this_thread::sleep_for(std::chrono::milliseconds(
+      std::min<int64_t>(kLingerMs, node_.options().handoff_deadline_ms)));
   const auto& c = node_.handoff_counters();
   Log("left the cluster at generation " + std::to_string(generation) + ": " +
-      std::to_string(c.keys_sent.load()) + " keys handed over, " +
-      std::to_string(c.keys_lost.load()) + " lost");
+      std::to_string(c.keys_sent.load() - sent_before) + " keys handed over, " +
+      std::to_string(c.keys_lost.load() - lost_before) + " lost");
 }
 
 void Peers::Join() {

@@ -324,12 +324,14 @@ std::optional<std::string> Server::Start() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  Result<std::unique_ptr<Peers>> peers =
-      Peers::Make(s.node, s.options.tls, static_cast<int>(std::max<int64_t>(
-                                             1000, std::min<int64_t>(s.options.frame_timeout_ms,
-                                                                     5000))));
-  if (!peers) return peers.error();
-  s.peers = std::move(peers).value();
+  // Only a node of a cluster talks to peers (and needs a way to verify them over TLS).
+  if (!s.node.options().members.empty() || !s.options.members_dns.empty()) {
+    Result<std::unique_ptr<Peers>> peers = Peers::Make(
+        s.node, s.options.tls,
+        static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)));
+    if (!peers) return peers.error();
+    s.peers = std::move(peers).value();
+  }
   // Before the node says it is up, so that a SIGTERM from then on is a clean stop: the node
   // hands its keys over first (Drain); a second signal stops it at once.
   s.signals = std::make_unique<asio::signal_set>(s.workers.front()->io, SIGINT, SIGTERM);
@@ -382,12 +384,13 @@ void Server::Run() {
     });
   }
   s.handoff = std::thread([&s] {
-    const Node::HandoffSink send = [&s](const std::string& member, std::span<const uint8_t> f) {
-      return s.peers->SendHandoff(member, f);
+    const Node::HandoffSink send = [&s](const std::string& member,
+                                        std::span<const uint8_t> f) -> int64_t {
+      return s.peers ? s.peers->SendHandoff(member, f) : -1;
     };
     while (!s.stopping) s.node.RunNextHandoff(send, std::chrono::milliseconds(100));
   });
-  if (s.node.options().join_gate) {
+  if (s.node.options().join_gate && s.peers) {
     s.joiner = std::thread([&s] {
       // With members_dns, the first answer gives the list to join with.
       for (int i = 0; i < 200 && !s.stopping && s.node.membership()->ring.empty(); ++i) {
@@ -415,7 +418,7 @@ void Server::Run() {
 void Server::Drain() {
   Impl& s = *impl_;
   if (s.draining.exchange(true) || s.stopping) return;
-  if (s.node.options().handoff_deadline_ms == 0) return Stop();  // hand-off turned off
+  if (s.node.options().handoff_deadline_ms == 0 || !s.peers) return Stop();  // nothing to hand
   s.drainer = std::thread([this, &s] {
     if (s.joiner.joinable()) s.joiner.join();  // a join half done would confuse the leave
     s.peers->Leave();

@@ -204,3 +204,36 @@ TEST_F(HandoffSim, ALeavingNodeThatDiesBeforeHandingOverCostsAtMostOneBurst) {
 
 }  // namespace
 }  // namespace limiter
+
+namespace limiter {
+namespace {
+
+// A gateway that sent a leaving node nothing while it drained still has the old list; when
+// the node's port then refuses it, it asks another member for the list and follows it.
+TEST(HandoffGateway, AGatewayMeetingAClosedPortAsksAnotherMemberForTheList) {
+  SimCluster cluster(kPolicies);
+  cluster.AddNode("a:1", Member(kWithoutB, 2));
+  cluster.AddNode("b:1", Member(kAll, 1));
+  cluster.AddNode("c:1", Member(kWithoutB, 2));
+  cluster.transport().node("b:1").refuses = true;  // b has left and exited
+  ClientCoreOptions o;
+  o.generation = 1;
+  o.deadline_us = 5000;
+  ClientCore& gateway = cluster.AddGateway(kAll, o);
+  std::string key;
+  const Ring old_ring(kAll);
+  for (int i = 0; key.empty(); ++i) {
+    if (old_ring.Owner("k" + std::to_string(i)) == "b:1") key = "k" + std::to_string(i);
+  }
+  const Decision first = cluster.Decide(gateway, {.policy = "login", .key = key});
+  EXPECT_EQ(first.source, Source::kFallback);  // b refused: the class decided (deny)
+  EXPECT_FALSE(first.allowed);
+  cluster.sched().RunFor(50'000);  // the list asked for, answered, and its ring built
+  EXPECT_EQ(gateway.generation(), 2u);
+  const Decision then = cluster.Decide(gateway, {.policy = "login", .key = key});
+  EXPECT_EQ(then.source, Source::kStore);
+  EXPECT_TRUE(then.allowed);
+}
+
+}  // namespace
+}  // namespace limiter

@@ -166,7 +166,7 @@ class SimTransport final : public Transport {
   SimScheduler& s_;
   std::map<std::string, SimNode> nodes_;
   uint64_t sent_ = 0;
-  uint64_t by_kind_[6] = {};  // by OpKind
+  uint64_t by_kind_[kOpKinds] = {};  // by OpKind
   std::map<std::string, uint64_t> by_policy_;
   std::map<std::string, uint64_t> sub_bucket_ops_;
   std::map<std::string, uint64_t> disconnects_;
