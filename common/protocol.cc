@@ -47,12 +47,26 @@ KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {
   return LimitId(ancestor, tenant, tenant);
 }
 
+KeyId LimitIdInSlot(const Policy& policy, std::string_view key, std::string_view tenant,
+                    uint32_t slot) {
+  return policy.parent_index >= 0 ? WithRingSlot(MakeKeyId({policy.name, tenant, key}), slot)
+                                  : WithRingSlot(MakeKeyId({policy.name, key}), slot);
+}
+
+KeyId AncestorIdInSlot(const Policy& ancestor, std::string_view tenant, uint32_t slot) {
+  return LimitIdInSlot(ancestor, tenant, tenant, slot);
+}
+
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index) {
-  char e[24], i[24];
   std::string routing;
   AppendSubBucketRoutingKey(routing, key, index);
-  return WithRingSlot(MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)}),
-                      Ring::SlotOf(routing));
+  return SubBucketIdInSlot(policy, key, epoch, index, Ring::SlotOf(routing));
+}
+
+KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch,
+                        uint16_t index, uint32_t slot) {
+  char e[24], i[24];
+  return WithRingSlot(MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)}), slot);
 }
 
 std::optional<std::string> KeyError(std::string_view key, std::string_view where) {

@@ -38,6 +38,13 @@ KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenan
 // nest that names no tenant.
 KeyId LimitIdOfRequest(std::string_view policy, std::string_view key, std::string_view tenant);
 KeyId AncestorId(const Policy& ancestor, std::string_view tenant);
+// The same, for a caller that has the routing key's ring slot at hand (Ring::SlotOf of
+// RoutingKey; the node, which needs it for ownership anyway): one hash fewer.
+KeyId LimitIdInSlot(const Policy& policy, std::string_view key, std::string_view tenant,
+                    uint32_t slot);
+KeyId AncestorIdInSlot(const Policy& ancestor, std::string_view tenant, uint32_t slot);
+KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch,
+                        uint16_t index, uint32_t slot);
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index);
 

@@ -264,13 +264,14 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
     const auto from = fbb.CreateString(options_.self);
     const auto handoff = wire::CreateHandoff(fbb, from, job.to->generation, policy_digest_, seed,
                                              now, records, splits, done);
+    const auto payload = wire::CreatePeer(fbb, 0, 0, handoff);
     wire::OpBuilder op(fbb);
     op.add_id(1);
     op.add_type(wire::OpType::Handoff);
-    op.add_handoff(handoff);
     const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
     wire::RequestBuilder request(fbb);
     request.add_ops(ops);
+    request.add_peer(payload);
     fbb.Finish(request.Finish());
     ++stats.batches;
     stats.splits_sent += static_cast<int64_t>(b->splits.size());
@@ -327,8 +328,9 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
   return stats;
 }
 
-void Node::MembersOp(const wire::Op& op, const Membership&, OpResult& r) {
-  if (const auto* list = op.members(); list && list->size() > 0) {
+void Node::MembersOp(const wire::Peer* peer, OpResult& r) {
+  if (const auto* list = peer ? peer->members() : nullptr; list && list->size() > 0) {
+    const uint64_t generation = peer->generation();
     if (list->size() > Ring::kMaxMembers) {
       return r.Fail(wire::Status::BadRequest, "members: at most " +
                                                   std::to_string(Ring::kMaxMembers) +
@@ -346,13 +348,13 @@ void Node::MembersOp(const wire::Op& op, const Membership&, OpResult& r) {
       members.push_back(m->str());
     }
     const uint64_t ahead = static_cast<uint64_t>(WallMs() + kMaxGenerationAheadMs);
-    if (op.generation() > ahead) {
+    if (generation > ahead) {
       return r.Fail(wire::Status::BadRequest,
-                    "generation " + std::to_string(op.generation()) +
+                    "generation " + std::to_string(generation) +
                         " is more than 10 minutes ahead of this node's clock");
     }
     const std::shared_ptr<const Membership> before = membership_.load();
-    if (std::optional<std::string> error = SetMembers(members, op.generation())) {
+    if (std::optional<std::string> error = SetMembers(members, generation)) {
       return r.Fail(wire::Status::BadRequest, "members: " + *error);
     }
     if (membership_.load() != before) {  // adopted: remember who left and who came
@@ -387,10 +389,11 @@ std::vector<std::string> Node::WithAnnounced(std::vector<std::string> discovered
   return discovered;
 }
 
-void Node::HandoffOp(Worker&, const wire::Op& op, int64_t now, OpResult& r) {
-  const wire::Handoff* h = op.handoff();
+void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
+  const wire::Handoff* h = peer ? peer->handoff() : nullptr;
   if (h == nullptr || h->from() == nullptr || h->from()->size() == 0) {
-    return r.Fail(wire::Status::BadRequest, "HANDOFF needs its handoff table, naming `from`");
+    return r.Fail(wire::Status::BadRequest,
+                  "HANDOFF needs the frame's peer.handoff table, naming `from`");
   }
   const std::string from = h->from()->str().substr(0, kMaxNameBytes);
   if (h->policies() != policy_digest_ || h->key_seed() != KeyIdSeedDigest()) {

@@ -180,6 +180,7 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
                              node_proof ? auth::Bytes(*node_proof) : auth::Bytes());
   }
   w.replies.clear();
+  w.peer = request->peer();
   if (const auto* ops = request->ops()) {
     for (const wire::Op* op : *ops) {
       OpResult r;
@@ -315,10 +316,10 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       r.with_hot_keys = true;
       break;
     case wire::OpType::Members:
-      MembersOp(op, m, r);
+      MembersOp(w.peer, r);
       break;
     case wire::OpType::Handoff:
-      HandoffOp(w, op, now, r);
+      HandoffOp(w.peer, now, r);
       break;
     default:
       r.Fail(wire::Status::BadRequest, "unknown op type " + std::to_string(type));
@@ -379,7 +380,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     r.Fail(wire::Status::BadRequest, *bad);
     return false;
   }
-  auto add = [&](int policy, const KeyId& id, std::string_view key) {
+  // Inlined: called for every limit of every op (GCC leaves it out of line otherwise).
+  auto add = [&](int policy, const KeyId& id, std::string_view key) __attribute__((always_inline)) {
     for (const Entry& e : w.entries) {
       if (e.policy == policy && e.id == id) return false;
     }
@@ -412,11 +414,13 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       r.Fail(wire::Status::BadRequest, where() + ": " + *error);
       return false;
     }
-    if (!add(it->second, protocol::LimitId(p, key, tenant), key)) {
+    // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
+    std::string_view routing = protocol::RoutingKey(p, key, tenant);
+    uint32_t slot = Ring::SlotOf(routing);
+    if (!add(it->second, protocol::LimitIdInSlot(p, key, tenant, slot), key)) {
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
-    std::string_view routing = protocol::RoutingKey(p, key, tenant);
     if (split_k != 0) {
       const std::vector<Rate>& cached = sub_rates_[static_cast<size_t>(it->second)];
       const std::optional<Rate> share =
@@ -437,13 +441,13 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       e.rate = *share;
       e.split_k = split_k;
       e.split_index = split_index;
-      e.id = protocol::SubBucketId(p, key, op.split_epoch(), split_index);
       w.routing.clear();
       protocol::AppendSubBucketRoutingKey(w.routing, key, split_index);
       routing = w.routing;
+      slot = Ring::SlotOf(routing);
+      e.id = protocol::SubBucketIdInSlot(p, key, op.split_epoch(), split_index, slot);
     }
     const Ring& ring = m.ring;
-    const uint32_t slot = Ring::SlotOf(routing);
     if (!ring.empty() && ring.members()[ring.OwnerOfSlot(slot)] != options_.self) {
       r.wrong_owner = true;
       r.owner = ring.members()[ring.OwnerOfSlot(slot)];
@@ -463,12 +467,14 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
   }
   w.own_limits = n;
   // INSPECT looks at the named key alone; everything else charges its ancestors too.
+  uint32_t tenant_slot = UINT32_MAX;  // computed once, if an ancestor needs it
   for (size_t i = 0; i < n && cost_use != CostUse::kNone; ++i) {
     const Policy& p = policies_.policies()[static_cast<size_t>(w.entries[i].policy)];
     for (int a = p.parent_index; a >= 0;
          a = policies_.policies()[static_cast<size_t>(a)].parent_index) {
       const Policy& ancestor = policies_.policies()[static_cast<size_t>(a)];
-      add(a, protocol::AncestorId(ancestor, tenant), tenant);
+      if (tenant_slot == UINT32_MAX) tenant_slot = Ring::SlotOf(tenant);
+      add(a, protocol::AncestorIdInSlot(ancestor, tenant, tenant_slot), tenant);
     }
   }
   return true;

@@ -33,6 +33,7 @@
 
 namespace limiter::wire {
 struct Op;
+struct Peer;
 struct Request;
 }
 
@@ -293,8 +294,9 @@ class Node {
   // With the key's stripe locked: the key's slot holds a drained state.
   void Drain(int policy, const KeyId& id, int64_t now);
   // Hand-off: the Members and Handoff ops; a ring change's jobs and waits; the deadline.
-  void MembersOp(const wire::Op& op, const Membership& m, OpResult& r);
-  void HandoffOp(Worker& w, const wire::Op& op, int64_t now, OpResult& r);
+  // Their payload is the frame's (wire::Request::peer), null when it has none.
+  void MembersOp(const wire::Peer* peer, OpResult& r);
+  void HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r);
   // Makes `next` the membership if it is newer than the current one (else nothing): the keys
   // it moves away are queued as a job, those it brings wait for their owner under `before`
   // (the current ring when null). False when `next` was not newer.

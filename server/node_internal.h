@@ -67,6 +67,7 @@ class Node::Worker {
   size_t own_limits = 0;          // entries named by the op; the rest are ancestors
   bool made_drained = false;      // Load made a sub-bucket, drained, to be saved
   std::string routing;            // a sub-bucket's routing key, "key#i"
+  const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.
   std::mutex hot_mu;
   HotKeySketch sketch;  // guarded by hot_mu

@@ -22,14 +22,14 @@ uint64_t WallMs() {
 std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uint64_t generation) {
   flatbuffers::FlatBufferBuilder fbb(1024);
   const auto list = fbb.CreateVectorOfStrings(members);
+  const auto peer = wire::CreatePeer(fbb, list, generation);
   wire::OpBuilder op(fbb);
   op.add_id(1);
   op.add_type(wire::OpType::Members);
-  op.add_members(list);
-  op.add_generation(generation);
   const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
   wire::RequestBuilder request(fbb);
   request.add_ops(ops);
+  request.add_peer(peer);
   fbb.Finish(request.Finish());
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }

@@ -12,6 +12,7 @@
 
 #include "client/request_builder.h"
 #include "common/policy_file.h"
+#include "common/protocol.h"
 #include "common/wire.h"
 #include "server/node.h"
 
@@ -338,7 +339,8 @@ TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted
   std::vector<uint64_t> aligned;
   const wire::Request* request = VerifiedRequest(captured, aligned);
   ASSERT_NE(request, nullptr);
-  const wire::Handoff* h = request->ops()->Get(0)->handoff();
+  ASSERT_NE(request->peer(), nullptr);
+  const wire::Handoff* h = request->peer()->handoff();
   ASSERT_NE(h, nullptr);
   ASSERT_EQ(h->keys()->size(), mine.size());
 
@@ -355,13 +357,14 @@ TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted
     const auto handoff = wire::CreateHandoff(fbb, fbb.CreateString("a:1"), 2, policies,
                                              h->key_seed(), h->now_ms(), fbb.CreateVector(keys),
                                              0, true);
+    const auto peer = wire::CreatePeer(fbb, 0, 0, handoff);
     wire::OpBuilder op(fbb);
     op.add_id(9);
     op.add_type(wire::OpType::Handoff);
-    op.add_handoff(handoff);
     const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
     wire::RequestBuilder req(fbb);
     req.add_ops(ops);
+    req.add_peer(peer);
     fbb.Finish(req.Finish());
     return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
   };
@@ -389,14 +392,14 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   auto members_op = [&](std::vector<std::string> members, uint64_t generation) {
     flatbuffers::FlatBufferBuilder fbb;
     const auto list = fbb.CreateVectorOfStrings(members);
+    const auto peer = wire::CreatePeer(fbb, list, generation);
     wire::OpBuilder op(fbb);
     op.add_id(1);
     op.add_type(wire::OpType::Members);
-    op.add_members(list);
-    op.add_generation(generation);
     const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
     wire::RequestBuilder req(fbb);
     req.add_ops(ops);
+    req.add_peer(peer);
     fbb.Finish(req.Finish());
     const wire::Reply& r = Send("a:1", {fbb.GetBufferPointer(), fbb.GetSize()});
     const wire::OpReply* o = r.ops()->Get(0);
@@ -413,6 +416,43 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   EXPECT_EQ(node("a:1").membership()->generation, 7u);
   // What was announced corrects a lagging DNS answer: b left, c came.
   EXPECT_EQ(node("a:1").WithAnnounced({"a:1", "b:1"}), (std::vector<std::string>{"a:1", "c:1"}));
+}
+
+}  // namespace
+}  // namespace limiter
+
+namespace limiter {
+namespace {
+
+// The node makes ids with the slot it computed for ownership; everyone else (the node's
+// split records, the gateways) with the plain functions: they must be the same ids, and each
+// must carry its routing key's slot.
+TEST(KeyIds, TheIdsMadeInASlotAreThePlainOnesAndCarryTheirRoutingSlot) {
+  Result<PolicySet> p = ParsePolicies(kPolicies, "handoff.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  Result<PolicySet> nested = ParsePolicies(R"(
+policies:
+  - {name: tenant, algorithm: gcra, limit: 100, window: 1s, class: contract}
+  - {name: key, algorithm: gcra, limit: 10, window: 1s, class: contract, parent: tenant}
+)", "nested.yaml");
+  ASSERT_TRUE(nested.ok()) << nested.error();
+  const Policy& plain = p->policies()[0];
+  const Policy& tenant = nested->policies()[0];
+  const Policy& child = nested->policies()[1];
+  for (int i = 0; i < 200; ++i) {
+    const std::string k = "k" + std::to_string(i), t = "t" + std::to_string(i % 7);
+    const KeyId a = protocol::LimitId(plain, k, t);
+    EXPECT_EQ(a, protocol::LimitIdInSlot(plain, k, t, Ring::SlotOf(k)));
+    EXPECT_EQ(RingSlotOf(a), Ring::SlotOf(k));
+    const KeyId b = protocol::LimitId(child, k, t);
+    EXPECT_EQ(b, protocol::LimitIdInSlot(child, k, t, Ring::SlotOf(t)));
+    EXPECT_EQ(RingSlotOf(b), Ring::SlotOf(t));
+    EXPECT_EQ(protocol::AncestorId(tenant, t), protocol::AncestorIdInSlot(tenant, t, Ring::SlotOf(t)));
+    const uint16_t index = static_cast<uint16_t>(i % 4);
+    const KeyId s = protocol::SubBucketId(plain, k, 77, index);
+    EXPECT_EQ(RingSlotOf(s), Ring::SlotOf(protocol::SubBucketRoutingKey(k, index)));
+    EXPECT_EQ(s, protocol::SubBucketIdInSlot(plain, k, 77, index, RingSlotOf(s)));
+  }
 }
 
 }  // namespace
