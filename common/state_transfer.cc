@@ -118,7 +118,8 @@ Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& r
       break;
     case Algorithm::kGcra:
       if (f.size() != 2) return Bad("count: GCRA has 2, got " + std::to_string(f.size()));
-      if (!InRange(f[0], -far, far)) return Bad("tat: out of range");
+      // At most B*W/L (+1) ahead: checked before InEffect multiplies it by L.
+      if (!InRange(f[0], -far, cap / rate.limit() + 1)) return Bad("tat: out of range");
       if (!InRange(f[1], 0, rate.limit() - 1)) return Bad("tat_frac: out of range");
       k.emplace(Gcra::State{now + f[0], f[1]});
       if (k->InEffect(rate, now) > cap) return Bad("tat: beyond the burst");

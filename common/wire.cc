@@ -46,4 +46,17 @@ const wire::Reply* VerifiedReply(std::span<const uint8_t> body, std::vector<uint
   return Verified<wire::Reply>(AlignedBody(body, storage));
 }
 
+std::span<const uint8_t> FinishPeerRequest(flatbuffers::FlatBufferBuilder& fbb,
+                                           wire::OpType type, flatbuffers::Offset<wire::Peer> peer) {
+  wire::OpBuilder op(fbb);
+  op.add_id(1);
+  op.add_type(type);
+  const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
+  wire::RequestBuilder request(fbb);
+  request.add_ops(ops);
+  request.add_peer(peer);
+  fbb.Finish(request.Finish());
+  return {fbb.GetBufferPointer(), fbb.GetSize()};
+}
+
 }  // namespace limiter

@@ -21,6 +21,11 @@ const wire::Request* VerifiedRequest(std::span<const uint8_t> body,
 const wire::Reply* VerifiedReply(std::span<const uint8_t> body, std::vector<uint64_t>& storage);
 // For a body known to be 8-byte aligned (nullptr when it is not).
 const wire::Request* VerifiedRequest(std::span<const uint8_t> body);
+
+// Finishes, in `fbb`, a Request of one node-to-node op (Members, Handoff, with id 1) carrying
+// `peer`; returns the body.
+std::span<const uint8_t> FinishPeerRequest(flatbuffers::FlatBufferBuilder& fbb,
+                                           wire::OpType type, flatbuffers::Offset<wire::Peer> peer);
 const wire::Reply* VerifiedReply(std::span<const uint8_t> body);
 
 }  // namespace limiter

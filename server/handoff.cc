@@ -60,13 +60,14 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
   std::lock_guard<std::mutex> lock(handoff_mu_);
   const std::shared_ptr<const Membership> current = membership_.load();
   if (next->generation <= current->generation) return false;
+  if (leaving_.load()) return false;  // it gives every key away whatever the list
   const Ring& before = before_override ? *before_override : current->ring;
   const Ring& after = next->ring;
   const int self_before = IndexOf(before, options_.self);
   const int self_after = IndexOf(after, options_.self);
   std::vector<int> wait_of(before.members().size(), -1);  // owner before -> index in waits_
   bool gives = false;
-  int64_t count = 0;
+  int64_t count = 0, added = 0;
   for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
     const bool owned_after = after.empty() || static_cast<int>(after.OwnerOfSlot(slot)) == self_after;
     const bool owned_before =
@@ -93,6 +94,7 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
         }
       }
       if (wait_of[o] >= 0) {
+        added += pending.load(std::memory_order_relaxed) == 0;
         pending.store(wait_of[o] < kAnySource - 1 ? static_cast<uint8_t>(wait_of[o] + 1)
                                                   : kAnySource,
                       std::memory_order_relaxed);
@@ -100,9 +102,8 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
     }
     count += pending.load(std::memory_order_relaxed) != 0;
   }
-  if (count > pending_count_.load() || pending_count_.load() == 0) {
-    waits_until_ms_ = clock_.NowMs() + options_.handoff_deadline_ms;
-  }
+  // New waits get the whole deadline (older ones with them: the wait only grows safer).
+  if (added > 0) waits_until_ms_ = clock_.NowMs() + options_.handoff_deadline_ms;
   pending_count_.store(count);
   if (count == 0) waits_.clear();
   membership_.store(next);
@@ -165,6 +166,7 @@ void Node::OpenGate() {
 
 void Node::Handed(const std::string& from, uint64_t generation) {
   std::lock_guard<std::mutex> lock(handoff_mu_);
+  if (handed_.size() > 4 * Ring::kMaxMembers) handed_.clear();  // names that come and go
   uint64_t& done = handed_[from];
   done = std::max(done, generation);
   if (pending_count_.load() == 0) return;
@@ -254,8 +256,10 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
   };
   const int64_t now = clock_.NowMs();
   const uint64_t seed = KeyIdSeedDigest();
-  const auto flush = [&](size_t owner, bool done) {
-    std::unique_ptr<Batch> b = std::move(batches[owner]);
+  // Batches are sent with no stripe locked (a send may wait on the network): one that fills up
+  // under a stripe's lock waits in `ready` until the lock is let go.
+  std::vector<std::pair<size_t, std::unique_ptr<Batch>>> ready;
+  const auto send_batch = [&](size_t owner, std::unique_ptr<Batch> b, bool done) {
     if (!b) b = std::make_unique<Batch>();
     const int64_t keys = static_cast<int64_t>(b->keys.size());
     auto& fbb = b->fbb;
@@ -264,23 +268,23 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
     const auto from = fbb.CreateString(options_.self);
     const auto handoff = wire::CreateHandoff(fbb, from, job.to->generation, policy_digest_, seed,
                                              now, records, splits, done);
-    const auto payload = wire::CreatePeer(fbb, 0, 0, handoff);
-    wire::OpBuilder op(fbb);
-    op.add_id(1);
-    op.add_type(wire::OpType::Handoff);
-    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
-    wire::RequestBuilder request(fbb);
-    request.add_ops(ops);
-    request.add_peer(payload);
-    fbb.Finish(request.Finish());
+    const std::span<const uint8_t> body =
+        FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
     ++stats.batches;
     stats.splits_sent += static_cast<int64_t>(b->splits.size());
     const int64_t taken = std::chrono::steady_clock::now() < deadline
-                              ? send(to.members()[owner], {fbb.GetBufferPointer(), fbb.GetSize()})
+                              ? send(to.members()[owner], body)
                               : -1;
     stats.keys_sent += std::max<int64_t>(0, taken);
     stats.keys_lost += keys - std::max<int64_t>(0, taken);
   };
+
+  const auto flush = [&](size_t owner, bool done) {
+    send_batch(owner, std::move(batches[owner]), done);
+  };
+  // A record must leave room in a frame of the receiver's (as large as this node's, one
+  // policy file): a sliding log bigger than a batch cannot move, and is counted lost.
+  const size_t max_record = std::min<size_t>(kBatchBytes, options_.max_frame_bytes / 4);
 
   std::vector<KeyId> ids;
   std::vector<int64_t> fields;
@@ -297,18 +301,23 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
           if (!state.IsFresh(policies[policy].rate, now)) {
             fields.clear();
             ExportState(state, now, fields);
-            Batch& b = batch_for(to.OwnerOfSlot(RingSlotOf(id)));
-            b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi,
-                                                   static_cast<uint16_t>(policy),
-                                                   b.fbb.CreateVector(fields)));
+            const size_t owner = to.OwnerOfSlot(RingSlotOf(id));
+            if (fields.size() * sizeof(int64_t) + 64 > max_record) {
+              ++stats.keys_lost;
+            } else {
+              Batch& b = batch_for(owner);
+              b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi,
+                                                     static_cast<uint16_t>(policy),
+                                                     b.fbb.CreateVector(fields)));
+              if (b.full()) ready.emplace_back(owner, std::move(batches[owner]));
+            }
           }
           store_.Erase(pi, id);
         }
       }
     }
-    for (size_t owner = 0; owner < batches.size(); ++owner) {
-      if (batches[owner] && batches[owner]->full()) flush(owner, false);
-    }
+    for (auto& [owner, b] : ready) send_batch(owner, std::move(b), false);
+    ready.clear();
   }
   // Splits go with their key: the new owner hands out the same sub-buckets.
   store_.VisitSplits([&](const KeyId& id, Store::Split& split) {
@@ -471,7 +480,11 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
     }
   }
   handoff_counters_.keys_received.fetch_add(taken);
-  if (h->done()) Handed(from, h->generation());
+  // A `done` ends waits for `from`'s keys: only for a generation this node could have seen
+  // (not one far in the future, which would make it skip every later wait for `from`).
+  if (h->done() && h->generation() <= static_cast<uint64_t>(WallMs() + kMaxGenerationAheadMs)) {
+    Handed(from, h->generation());
+  }
   r.reply.granted = taken;
   if (refused > 0) {
     r.error = std::to_string(refused) + " keys not taken; first: " + first_error;

@@ -22,16 +22,9 @@ uint64_t WallMs() {
 std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uint64_t generation) {
   flatbuffers::FlatBufferBuilder fbb(1024);
   const auto list = fbb.CreateVectorOfStrings(members);
-  const auto peer = wire::CreatePeer(fbb, list, generation);
-  wire::OpBuilder op(fbb);
-  op.add_id(1);
-  op.add_type(wire::OpType::Members);
-  const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
-  wire::RequestBuilder request(fbb);
-  request.add_ops(ops);
-  request.add_peer(peer);
-  fbb.Finish(request.Finish());
-  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+  const std::span<const uint8_t> body =
+      FinishPeerRequest(fbb, wire::OpType::Members, wire::CreatePeer(fbb, list, generation));
+  return {body.begin(), body.end()};
 }
 
 constexpr int64_t kLingerMs = 500;
@@ -162,12 +155,19 @@ void Peers::Leave() {
   if (others.empty() || others.size() == m->ring.members().size()) return;  // alone, or not in it
   const uint64_t generation = std::max(m->generation + 1, WallMs());
   // First the others, so that each waits for this node's keys before a gateway that follows
-  // this node's WrongOwner reaches it.
-  for (const std::string& member : others) {
-    if (auto error = Announce(member, others, generation)) {
-      Log("leaving: " + *error + " (it learns the list later; its keys from here may start "
-          "fresh)");
+  // this node's WrongOwner reaches it; all at once, so that one unreachable peer does not
+  // hold the others' deadlines running while this node still serves.
+  {
+    std::vector<std::thread> announcing;
+    for (const std::string& member : others) {
+      announcing.emplace_back([this, &member, &others, generation] {
+        if (auto error = Announce(member, others, generation)) {
+          Log("leaving: " + *error + " (it learns the list later; its keys from here may "
+              "start fresh)");
+        }
+      });
     }
+    for (std::thread& t : announcing) t.join();
   }
   const int64_t sent_before = node_.handoff_counters().keys_sent.load();
   const int64_t lost_before = node_.handoff_counters().keys_lost.load();

@@ -137,6 +137,7 @@ struct Server::Impl {
   std::thread joiner;
   std::thread drainer;
   std::atomic<bool> draining{false};
+  std::atomic<bool> joined{false};  // the joiner is done (or there is none)
 
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
 
@@ -390,6 +391,7 @@ void Server::Run() {
     };
     while (!s.stopping) s.node.RunNextHandoff(send, std::chrono::milliseconds(100));
   });
+  if (!s.node.options().join_gate || !s.peers) s.joined = true;
   if (s.node.options().join_gate && s.peers) {
     s.joiner = std::thread([&s] {
       // With members_dns, the first answer gives the list to join with.
@@ -397,6 +399,7 @@ void Server::Run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       s.peers->Join();
+      s.joined = true;
     });
   }
   for (size_t i = 1; i < s.workers.size(); ++i) {
@@ -420,7 +423,10 @@ void Server::Drain() {
   if (s.draining.exchange(true) || s.stopping) return;
   if (s.node.options().handoff_deadline_ms == 0 || !s.peers) return Stop();  // nothing to hand
   s.drainer = std::thread([this, &s] {
-    if (s.joiner.joinable()) s.joiner.join();  // a join half done would confuse the leave
+    // A join half done would confuse the leave: wait for it (Run joins the thread).
+    for (int i = 0; i < 400 && !s.joined && !s.stopping; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
     s.peers->Leave();
     Stop();
   });

@@ -9,6 +9,8 @@
 // period is checked against its nodes' config too.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <cctype>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -26,7 +28,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -748,9 +749,18 @@ TEST_F(HelmChart, PreStopHookDrainsThroughTheProbesAdminPort) {
 
     const std::string script = PreStopScript(v.container);
     EXPECT_NE(script.find("POST /drain"), std::string::npos) << script;
-    EXPECT_TRUE(std::regex_search(script, std::regex("(^|[^0-9])" + std::to_string(admin) +
-                                                     "([^0-9]|$)")))
-        << "the admin port " << admin << " is not in the hook: " << script;
+    // The admin port as a whole number in the hook (not a part of a longer one).
+    const std::string port = std::to_string(admin);
+    bool has_port = false;
+    for (size_t p = script.find(port); p != std::string::npos && !has_port;
+         p = script.find(port, p + 1)) {
+      const bool digit_before = p > 0 && std::isdigit(static_cast<unsigned char>(script[p - 1]));
+      const size_t after = p + port.size();
+      const bool digit_after =
+          after < script.size() && std::isdigit(static_cast<unsigned char>(script[after]));
+      has_port = !digit_before && !digit_after;
+    }
+    EXPECT_TRUE(has_port) << "the admin port " << admin << " is not in the hook: " << script;
     size_t at = script.find("/dev/tcp/");
     EXPECT_NE(at, std::string::npos) << script;
     for (; at != std::string::npos; at = script.find("/dev/tcp/", at + 1)) {

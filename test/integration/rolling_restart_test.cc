@@ -379,6 +379,8 @@ class RollingRestart : public ::testing::Test {
   }
 
   // The hand-off as the nodes saw it: their leave lines and their counters.
+  void RunWithoutHandoff(Stop how, const char* label, const char* promise);
+
   void PrintHandoff() {
     for (Member& m : members_) {
       for (const std::string& log : m.logs) {
@@ -482,45 +484,34 @@ TEST_F(RollingRestart, SigtermHandsKeysOverSoNoRestartAddsABurst) {
   RecordProperty("worst_interval_allowed", std::to_string(f.worst_window.allowed));
 }
 
-TEST_F(RollingRestart, KillNineCostsAtMostOneBurstPerCrash) {
+// The two cases without a hand-off: 3 restarts, each worth at most one burst per key.
+void RollingRestart::RunWithoutHandoff(Stop how, const char* label, const char* promise) {
   const int64_t t0 = NowUs();
   ASSERT_NO_FATAL_FAILURE(StartClusterAndLoad());
-  ASSERT_NO_FATAL_FAILURE(RestartEach(Stop::kKill));
-  std::this_thread::sleep_for(2s);
-  PrintHandoff();
-  constexpr int kKills = 3;
-  const Figures f = StopLoadAndCheck(kBurst * kKills);
-  ASSERT_NE(f.worst_total, nullptr);
-  const int64_t admitted = static_cast<int64_t>(f.worst_total->admitted.size());
-  std::printf("rolling restart (kill -9): worst key admitted %lld of bound %.1f over %.1f s "
-              "(%+.0f: the one-burst-per-crash promise allows +%lld); 3 kills\n",
-              static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds,
-              static_cast<double>(admitted) - f.worst_total_bound,
-              static_cast<long long>(kBurst * kKills));
-  std::printf("  test took %.1f s\n", Seconds(NowUs() - t0));
-  RecordProperty("worst_key_admitted", std::to_string(admitted));
-  RecordProperty("worst_key_bound", std::to_string(f.worst_total_bound));
-}
-
-TEST_F(RollingRestart, SigtermWithoutHandoffCostsAtMostOneBurstPerRestart) {
-  const int64_t t0 = NowUs();
-  extra_args_ = {"--handoff-deadline-ms", "0"};
-  ASSERT_NO_FATAL_FAILURE(StartClusterAndLoad());
-  ASSERT_NO_FATAL_FAILURE(RestartEach(Stop::kTerm));
+  ASSERT_NO_FATAL_FAILURE(RestartEach(how));
   std::this_thread::sleep_for(2s);
   PrintHandoff();
   constexpr int kRestarts = 3;
   const Figures f = StopLoadAndCheck(kBurst * kRestarts);
   ASSERT_NE(f.worst_total, nullptr);
   const int64_t admitted = static_cast<int64_t>(f.worst_total->admitted.size());
-  std::printf("rolling restart (SIGTERM, hand-off off): worst key admitted %lld of bound %.1f "
-              "over %.1f s (%+.0f: the crash promise allows +%lld); 3 restarts\n",
-              static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds,
-              static_cast<double>(admitted) - f.worst_total_bound,
+  std::printf("rolling restart (%s): worst key admitted %lld of bound %.1f over %.1f s "
+              "(%+.0f: %s allows +%lld); 3 restarts\n",
+              label, static_cast<long long>(admitted), f.worst_total_bound,
+              f.worst_total_seconds, static_cast<double>(admitted) - f.worst_total_bound, promise,
               static_cast<long long>(kBurst * kRestarts));
   std::printf("  test took %.1f s\n", Seconds(NowUs() - t0));
   RecordProperty("worst_key_admitted", std::to_string(admitted));
   RecordProperty("worst_key_bound", std::to_string(f.worst_total_bound));
+}
+
+TEST_F(RollingRestart, KillNineCostsAtMostOneBurstPerCrash) {
+  RunWithoutHandoff(Stop::kKill, "kill -9", "the one-burst-per-crash promise");
+}
+
+TEST_F(RollingRestart, SigtermWithoutHandoffCostsAtMostOneBurstPerRestart) {
+  extra_args_ = {"--handoff-deadline-ms", "0"};
+  RunWithoutHandoff(Stop::kTerm, "SIGTERM, hand-off off", "the crash promise");
 }
 
 }  // namespace

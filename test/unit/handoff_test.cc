@@ -241,6 +241,38 @@ TEST_F(Cluster, AHandOffThatNeverComesEndsAtTheDeadlineAndIsCounted) {
   EXPECT_EQ(node("b:1").waiting_slots(), 0);
 }
 
+TEST_F(Cluster, ManyKeysGoInBatchesThatFitAFrame) {
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  Add("a:1", both, 1'000);
+  Add("b:1", both, 1'000);
+  int on_a = 0;
+  for (int i = 0; i < 30'000; ++i) {
+    const std::string k = "many-" + std::to_string(i);
+    if (OwnerOf("a:1", k) != "a:1") continue;
+    ++on_a;
+    bool allowed = false;
+    ASSERT_EQ(Check("a:1", "day", k, &allowed), wire::Status::Ok);
+  }
+  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  node("a:1").Leave(2);
+  size_t largest = 0;
+  int frames = 0;
+  const Node::HandoffSink sink = Sink();
+  const std::optional<HandoffStats> stats = node("a:1").RunNextHandoff(
+      [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+        largest = std::max(largest, frame.size());
+        ++frames;
+        return sink(member, frame);
+      },
+      std::chrono::milliseconds(0));
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->keys_sent, on_a);
+  EXPECT_EQ(stats->keys_lost, 0);
+  EXPECT_GT(frames, 2);
+  EXPECT_LE(largest, 512u * 1024) << "a batch must fit the receiver's frame bound (1 MiB)";
+  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+}
+
 TEST_F(Cluster, KeysThatCannotBeDeliveredAreCountedLost) {
   const std::vector<std::string> both = {"a:1", "b:1"};
   Add("a:1", both, 1'000);
@@ -357,16 +389,9 @@ TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted
     const auto handoff = wire::CreateHandoff(fbb, fbb.CreateString("a:1"), 2, policies,
                                              h->key_seed(), h->now_ms(), fbb.CreateVector(keys),
                                              0, true);
-    const auto peer = wire::CreatePeer(fbb, 0, 0, handoff);
-    wire::OpBuilder op(fbb);
-    op.add_id(9);
-    op.add_type(wire::OpType::Handoff);
-    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
-    wire::RequestBuilder req(fbb);
-    req.add_ops(ops);
-    req.add_peer(peer);
-    fbb.Finish(req.Finish());
-    return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+    const std::span<const uint8_t> body =
+        FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
+    return std::vector<uint8_t>(body.begin(), body.end());
   };
   {
     const std::vector<uint8_t> other_file = rebuild(h->policies() ^ 1, false);
@@ -392,16 +417,8 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   auto members_op = [&](std::vector<std::string> members, uint64_t generation) {
     flatbuffers::FlatBufferBuilder fbb;
     const auto list = fbb.CreateVectorOfStrings(members);
-    const auto peer = wire::CreatePeer(fbb, list, generation);
-    wire::OpBuilder op(fbb);
-    op.add_id(1);
-    op.add_type(wire::OpType::Members);
-    const auto ops = fbb.CreateVector(std::vector<flatbuffers::Offset<wire::Op>>{op.Finish()});
-    wire::RequestBuilder req(fbb);
-    req.add_ops(ops);
-    req.add_peer(peer);
-    fbb.Finish(req.Finish());
-    const wire::Reply& r = Send("a:1", {fbb.GetBufferPointer(), fbb.GetSize()});
+    const wire::Reply& r = Send(
+        "a:1", FinishPeerRequest(fbb, wire::OpType::Members, wire::CreatePeer(fbb, list, generation)));
     const wire::OpReply* o = r.ops()->Get(0);
     return std::make_pair(o->status(), o->error() ? o->error()->str() : std::string());
   };
