@@ -61,6 +61,7 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
                                      "1", "--hot-split-above", "1500", "--hot-split", "4"}));
     ASSERT_FALSE(nodes.back().listen.empty());
   }
+  for (const testing::RunningNode& n : nodes) testing::WaitReady(n);
   client::Options o;
   o.members = addresses;
   o.policy_file = policies;

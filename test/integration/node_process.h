@@ -10,7 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "common/subprocess.h"
 
@@ -68,6 +74,41 @@ inline std::pair<int, std::string> RunToExit(const std::vector<std::string>& arg
   return {status.value_or(-1), line.ok() ? *line : line.error()};
 }
 
+// Whether GET /readyz on the admin port "host:port" (IPv4) answers 200.
+inline bool Ready(const std::string& admin) {
+  const size_t colon = admin.rfind(':');
+  if (colon == std::string::npos) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(admin.substr(colon + 1))));
+  if (::inet_pton(AF_INET, admin.substr(0, colon).c_str(), &addr.sin_addr) != 1) return false;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  timeval tv{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string get = "GET /readyz HTTP/1.0\r\n\r\n";
+    char buf[64] = {};
+    if (::write(fd, get.data(), get.size()) == static_cast<ssize_t>(get.size()) &&
+        ::read(fd, buf, sizeof(buf) - 1) > 12) {
+      ok = std::string(buf).find(" 200") != std::string::npos;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+// Waits (bounded) until a node of a cluster serves every key it owns: it starts waiting for
+// the keys other members may hold for it (the join, server/peers.h), and says so on /readyz.
+inline void WaitReady(const RunningNode& node) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!Ready(node.admin) && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(Ready(node.admin)) << "node " << node.listen << " never became ready";
+}
+
 // A standalone node on any free port; add --policies etc.
 inline RunningNode StartNode(std::vector<std::string> args) {
   args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"});
@@ -79,11 +120,14 @@ inline RunningNode StartNode(std::vector<std::string> args) {
 using limiter::PickFreePort;
 
 // Starts a node of a cluster on a given address, its member list at `generation`.
+// Returns once the node is ready (WaitReady).
 inline RunningNode StartMember(const std::string& self, const std::string& members,
                                const std::string& policies, uint64_t generation = 1) {
-  return Launch({"--listen", self, "--admin", "127.0.0.1:0", "--members", members, "--self",
-                 self, "--policies", policies, "--threads", "1", "--generation",
-                 std::to_string(generation)});
+  RunningNode node = Launch({"--listen", self, "--admin", "127.0.0.1:0", "--members", members,
+                             "--self", self, "--policies", policies, "--threads", "1",
+                             "--generation", std::to_string(generation)});
+  if (!node.admin.empty()) WaitReady(node);
+  return node;
 }
 
 }  // namespace limiter::testing
