@@ -106,7 +106,9 @@ TEST_F(Cluster, AKilledNodeDegradesByClassAndItsKeysComeBackWhenItReturns) {
   }
   EXPECT_EQ(errors, 0);
   EXPECT_GT(fallback, 0);
-  EXPECT_LE(login_admitted, 2);
+  // The local limit is a fixed window of 2 per minute, aligned to the gateway's clock: the
+  // loop (a few seconds) may straddle one window boundary, so at most 2 windows' worth.
+  EXPECT_LE(login_admitted, 2 * 2);
   EXPECT_GE(client->counters().fallback_by_class[0], 298u);  // security
   EXPECT_GE(client->counters().fallback_by_class[1], 1u);    // contract
 
