@@ -70,10 +70,12 @@ Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port
   return members;
 }
 
-uint64_t DnsGeneration() {
+uint64_t WallClockGeneration() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
 }
+
+uint64_t DnsGeneration() { return WallClockGeneration(); }
 
 }  // namespace limiter

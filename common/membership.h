@@ -21,5 +21,8 @@ Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port
 // Unix epoch, so that a later answer is newer on every process whose clocks roughly agree.
 // (A static list's generation comes from its configuration.)
 uint64_t DnsGeneration();
+// The wall clock in ms since the Unix epoch: the generation of a list a node announces when it
+// leaves or joins (server/peers.h), comparable with DnsGeneration's.
+uint64_t WallClockGeneration();
 
 }  // namespace limiter

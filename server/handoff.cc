@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/limits.h"
+#include "common/membership.h"
 #include "common/protocol.h"
 #include "common/state_transfer.h"
 #include "common/wire.h"
@@ -21,13 +22,7 @@ constexpr size_t kBatchKeys = 4096;
 constexpr size_t kBatchBytes = 256 * 1024;
 // A member list announced with a generation further ahead of this node's wall clock is
 // refused: one bad clock must not freeze the list for everyone after it.
-constexpr int64_t kMaxGenerationAheadMs = 10 * 60 * 1000;
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+constexpr uint64_t kMaxGenerationAheadMs = 10 * 60 * 1000;
 
 int IndexOf(const Ring& ring, const std::string& member) {
   const auto& m = ring.members();
@@ -356,7 +351,7 @@ void Node::MembersOp(const wire::Peer* peer, OpResult& r) {
       }
       members.push_back(m->str());
     }
-    const uint64_t ahead = static_cast<uint64_t>(WallMs() + kMaxGenerationAheadMs);
+    const uint64_t ahead = WallClockGeneration() + kMaxGenerationAheadMs;
     if (generation > ahead) {
       return r.Fail(wire::Status::BadRequest,
                     "generation " + std::to_string(generation) +
@@ -482,7 +477,7 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
   handoff_counters_.keys_received.fetch_add(taken);
   // A `done` ends waits for `from`'s keys: only for a generation this node could have seen
   // (not one far in the future, which would make it skip every later wait for `from`).
-  if (h->done() && h->generation() <= static_cast<uint64_t>(WallMs() + kMaxGenerationAheadMs)) {
+  if (h->done() && h->generation() <= WallClockGeneration() + kMaxGenerationAheadMs) {
     Handed(from, h->generation());
   }
   r.reply.granted = taken;

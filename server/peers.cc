@@ -7,16 +7,11 @@
 
 #include "client/node_access.h"
 #include "client/node_connection.h"
+#include "common/membership.h"
 #include "common/wire.h"
 
 namespace limiter {
 namespace {
-
-uint64_t WallMs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // A Request body with one MEMBERS op: `members` empty asks for the peer's list.
 std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uint64_t generation) {
@@ -153,7 +148,7 @@ void Peers::Leave() {
     if (member != self) others.push_back(member);
   }
   if (others.empty() || others.size() == m->ring.members().size()) return;  // alone, or not in it
-  const uint64_t generation = std::max(m->generation + 1, WallMs());
+  const uint64_t generation = std::max(m->generation + 1, WallClockGeneration());
   // First the others, so that each waits for this node's keys before a gateway that follows
   // this node's WrongOwner reaches it; all at once, so that one unreachable peer does not
   // hold the others' deadlines running while this node still serves.
@@ -212,7 +207,7 @@ void Peers::Join() {
   }
   std::vector<std::string> members = list;
   members.push_back(self);
-  const uint64_t next = std::max({generation + 1, mine->generation + 1, WallMs()});
+  const uint64_t next = std::max({generation + 1, mine->generation + 1, WallClockGeneration()});
   if (auto error = node_.Join(list, members, next)) {
     Log("join: " + *error);
     node_.OpenGate();

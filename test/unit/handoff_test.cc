@@ -164,9 +164,6 @@ TEST_F(Cluster, ALeavingNodesKeysGoOnFromTheirStateOnTheirNextOwner) {
   ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
   node("a:1").Leave(2);
   // Until a's keys arrive, b answers Moving for them (never a fresh key), and a WrongOwner.
-  for (const std::string& k : Keys(40)) {
-    if (OwnerOf("a:1", k) == "b:1") continue;  // a's ring no longer has a: every key is b's
-  }
   int moving = 0;
   for (const std::string& k : Keys(40)) moving += Check("b:1", "login", k) == wire::Status::Moving;
   EXPECT_EQ(moving, on_a);
