@@ -20,9 +20,6 @@ namespace {
 // below the node's frame bound (1 MiB by default) whatever the keys.
 constexpr size_t kBatchKeys = 4096;
 constexpr size_t kBatchBytes = 256 * 1024;
-// A member list announced with a generation further ahead of this node's wall clock is
-// refused: one bad clock must not freeze the list for everyone after it.
-constexpr uint64_t kMaxGenerationAheadMs = 10 * 60 * 1000;
 
 int IndexOf(const Ring& ring, const std::string& member) {
   const auto& m = ring.members();
@@ -51,7 +48,9 @@ uint64_t Node::PolicyDigest() const {
   return XXH3_64bits(text.data(), text.size());
 }
 
-bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> next) {
+bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> next,
+                 uint64_t wait_generation) {
+  if (wait_generation == 0) wait_generation = next->generation;
   std::lock_guard<std::mutex> lock(handoff_mu_);
   const std::shared_ptr<const Membership> current = membership_.load();
   if (next->generation <= current->generation) return false;
@@ -78,13 +77,13 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
       if (wait_of[o] == -1) {
         const std::string& from = before.members()[o];
         const auto done = handed_.find(from);
-        if (done != handed_.end() && done->second >= next->generation) {
+        if (done != handed_.end() && done->second >= wait_generation) {
           wait_of[o] = -2;  // it has handed this list's keys over already
         } else {
           auto it = std::find_if(waits_.begin(), waits_.end(),
                                  [&](const Wait& w) { return w.from == from; });
           if (it == waits_.end()) it = waits_.insert(waits_.end(), Wait{from, 0});
-          it->generation = std::max(it->generation, next->generation);
+          it->generation = std::max(it->generation, wait_generation);
           wait_of[o] = static_cast<int>(it - waits_.begin());
         }
       }
@@ -103,7 +102,7 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
   if (count == 0) waits_.clear();
   membership_.store(next);
   if (gives && !after.empty()) {
-    jobs_.push_back({current, std::move(next)});
+    jobs_.push_back({current, std::move(next), {}});
     handoff_counters_.jobs.fetch_add(1);
     jobs_cv_.notify_all();
   }
@@ -111,6 +110,7 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
 }
 
 void Node::Leave(uint64_t generation) {
+  std::lock_guard<std::mutex> change(change_mu_);
   const std::shared_ptr<const Membership> current = membership_.load();
   std::vector<std::string> others;
   for (const std::string& m : current->ring.members()) {
@@ -125,7 +125,7 @@ void Node::Leave(uint64_t generation) {
   waits_.clear();
   const std::shared_ptr<const Membership> from = membership_.load();
   membership_.store(next);
-  jobs_.push_back({from, std::move(next)});
+  jobs_.push_back({from, std::move(next), {}});
   handoff_counters_.jobs.fetch_add(1);
   jobs_cv_.notify_all();
 }
@@ -137,6 +137,7 @@ std::optional<std::string> Node::Join(std::vector<std::string> previous,
     return "this node (" + options_.self + ") is not in the member list it joins with";
   }
   const Ring before(std::move(previous));
+  std::lock_guard<std::mutex> change(change_mu_);
   {
     std::lock_guard<std::mutex> lock(handoff_mu_);  // the gate gives way to the real waits
     for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
@@ -239,10 +240,20 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
       }
     }
   }
-  const Ring& to = job.to->ring;
+  // A leaving node hands its keys by the latest list it knows (a member that left meanwhile
+  // is out of it), whichever change queued the job.
+  const std::shared_ptr<const Membership> to_list = leaving_.load() ? membership_.load() : job.to;
+  const Ring& to = to_list->ring;
+  if (to.empty()) return stats;  // nobody left to hand to
   const int self = IndexOf(to, options_.self);
+  // A list adopted since the job was made may give a key back to this node (a member that
+  // left and came back): the node keeps what it owns now.
+  const std::shared_ptr<const Membership> now_list = membership_.load();
+  const int self_now = leaving_.load() ? -1 : IndexOf(now_list->ring, options_.self);
   const auto gives = [&](const KeyId& id) {
-    return static_cast<int>(to.OwnerOfSlot(RingSlotOf(id))) != self;
+    const uint32_t slot = RingSlotOf(id);
+    return static_cast<int>(to.OwnerOfSlot(slot)) != self &&
+           (self_now < 0 || static_cast<int>(now_list->ring.OwnerOfSlot(slot)) != self_now);
   };
   std::vector<std::unique_ptr<Batch>> batches(to.members().size());
   const auto batch_for = [&](size_t owner) -> Batch& {
@@ -261,7 +272,7 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
     const auto records = fbb.CreateVector(b->keys);
     const auto splits = fbb.CreateVector(b->splits);
     const auto from = fbb.CreateString(options_.self);
-    const auto handoff = wire::CreateHandoff(fbb, from, job.to->generation, policy_digest_, seed,
+    const auto handoff = wire::CreateHandoff(fbb, from, to_list->generation, policy_digest_, seed,
                                              now, records, splits, done);
     const std::span<const uint8_t> body =
         FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
@@ -323,74 +334,20 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
         split.k, split.epoch, split.valid_until_ms - now, split.rate, split.merging));
     return true;
   });
-  // Every other member hears `done`, even with nothing for it: it waits for that.
+  // Every other member hears `done`, even with nothing for it: it waits for that. A job for
+  // one member's sake (a listed joiner, MemberJoins) says it to that member only: the others
+  // may wait for this node's part of a change it has not adopted yet.
   for (size_t owner = 0; owner < to.members().size(); ++owner) {
-    if (static_cast<int>(owner) != self) flush(owner, true);
+    if (static_cast<int>(owner) == self) continue;
+    if (job.done_to.empty() || job.done_to == to.members()[owner]) {
+      flush(owner, true);
+    } else if (batches[owner]) {
+      flush(owner, false);
+    }
   }
   handoff_counters_.keys_sent.fetch_add(stats.keys_sent);
   handoff_counters_.keys_lost.fetch_add(stats.keys_lost);
   return stats;
-}
-
-void Node::MembersOp(const wire::Peer* peer, OpResult& r) {
-  if (const auto* list = peer ? peer->members() : nullptr; list && list->size() > 0) {
-    const uint64_t generation = peer->generation();
-    if (list->size() > Ring::kMaxMembers) {
-      return r.Fail(wire::Status::BadRequest, "members: at most " +
-                                                  std::to_string(Ring::kMaxMembers) +
-                                                  " are allowed, got " +
-                                                  std::to_string(list->size()));
-    }
-    std::vector<std::string> members;
-    for (flatbuffers::uoffset_t i = 0; i < list->size(); ++i) {
-      const auto* m = list->Get(i);
-      if (m == nullptr || m->size() == 0 || m->size() > kMaxNameBytes) {
-        return r.Fail(wire::Status::BadRequest, "members[" + std::to_string(i) +
-                                                    "]: a member is host:port, 1 to " +
-                                                    std::to_string(kMaxNameBytes) + " bytes");
-      }
-      members.push_back(m->str());
-    }
-    const uint64_t ahead = WallClockGeneration() + kMaxGenerationAheadMs;
-    if (generation > ahead) {
-      return r.Fail(wire::Status::BadRequest,
-                    "generation " + std::to_string(generation) +
-                        " is more than 10 minutes ahead of this node's clock");
-    }
-    const std::shared_ptr<const Membership> before = membership_.load();
-    if (std::optional<std::string> error = SetMembers(members, generation)) {
-      return r.Fail(wire::Status::BadRequest, "members: " + *error);
-    }
-    if (membership_.load() != before) {  // adopted: remember who left and who came
-      std::lock_guard<std::mutex> lock(handoff_mu_);
-      const int64_t now = clock_.NowMs();
-      std::erase_if(announced_, [&](const auto& a) {
-        return now - a.second.second > kAnnouncedHoldMs || announced_.size() > 4 * Ring::kMaxMembers;
-      });
-      const auto& old = before->ring.members();
-      for (const std::string& m : old) {
-        if (std::find(members.begin(), members.end(), m) == members.end()) {
-          announced_[m] = {false, now};
-        }
-      }
-      for (const std::string& m : members) {
-        if (std::find(old.begin(), old.end(), m) == old.end()) announced_[m] = {true, now};
-      }
-    }
-  }
-  r.members = membership_.load();
-}
-
-std::vector<std::string> Node::WithAnnounced(std::vector<std::string> discovered) const {
-  std::lock_guard<std::mutex> lock(handoff_mu_);
-  const int64_t now = clock_.NowMs();
-  for (const auto& [member, what] : announced_) {
-    if (now - what.second > kAnnouncedHoldMs) continue;
-    const auto it = std::find(discovered.begin(), discovered.end(), member);
-    if (!what.first && it != discovered.end()) discovered.erase(it);
-    if (what.first && it == discovered.end()) discovered.push_back(member);
-  }
-  return discovered;
 }
 
 void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
@@ -475,6 +432,17 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
     }
   }
   handoff_counters_.keys_received.fetch_add(taken);
+  if (taken > 0 && leaving_.load()) {
+    // Sent here by a member that did not know this node leaves: they go on to their owner
+    // by this node's list, before this node's last `done`.
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    if (jobs_.empty()) {
+      const std::shared_ptr<const Membership> m = membership_.load();
+      jobs_.push_back({m, m, {}});
+      handoff_counters_.jobs.fetch_add(1);
+      jobs_cv_.notify_all();
+    }
+  }
   // A `done` ends waits for `from`'s keys: only for a generation this node could have seen
   // (not one far in the future, which would make it skip every later wait for `from`).
   if (h->done() && h->generation() <= WallClockGeneration() + kMaxGenerationAheadMs) {

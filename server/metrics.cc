@@ -120,8 +120,9 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   out.emplace_back("handoff_batches_refused", h.refused_batches.load());
   out.emplace_back("handoff_waits_expired", h.waits_expired.load());
   out.emplace_back("handoff_waiting_slots", waiting_slots());
-  out.emplace_back("membership_generation",
-                   static_cast<int64_t>(membership_.load()->generation));
+  const std::shared_ptr<const Membership> membership = membership_.load();
+  out.emplace_back("membership_generation", static_cast<int64_t>(membership->generation));
+  out.emplace_back("membership_members", static_cast<int64_t>(membership->ring.members().size()));
   out.emplace_back("connections_open", static_cast<int64_t>(opened - closed));
   out.emplace_back("connections_total", static_cast<int64_t>(opened));
   out.emplace_back("resident_bytes", ResidentBytes());
@@ -242,6 +243,8 @@ std::string Node::RenderMetrics() {
        "Ring slots (of 262144) whose keys this node waits to be handed."},
       {"limiter_membership_generation", "membership_generation", "gauge",
        "Generation of the member list in use."},
+      {"limiter_membership_members", "membership_members", "gauge",
+       "Members in the list in use (a leaving node: the ones it hands its keys to)."},
   };
   for (const Plain& m : kHandoff) {
     Header(out, m.metric, m.type, m.help);

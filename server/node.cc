@@ -82,6 +82,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
 Node::~Node() = default;
 
 std::optional<std::string> Node::SetMembers(std::vector<std::string> members, uint64_t generation) {
+  std::lock_guard<std::mutex> change(change_mu_);
   const std::shared_ptr<const Membership> current = membership_.load();
   if (generation <= current->generation) return std::nullopt;  // not newer: keep ours
   auto next = std::make_shared<Membership>(Membership{Ring(std::move(members)), generation});

@@ -190,6 +190,7 @@ class Node {
   struct HandoffJob {
     std::shared_ptr<const Membership> from;  // the ring the keys were served under
     std::shared_ptr<const Membership> to;
+    std::string done_to;  // who hears `done` at the end: every other member when empty
   };
   // Sends `frame` (a Request body) to `member`: the number of keys the member took, or -1
   // when it could not be delivered or was refused.
@@ -215,6 +216,18 @@ class Node {
                                    std::vector<std::string> members, uint64_t generation);
   // Serves every key it owns now (a join that found nobody to wait for).
   void OpenGate();
+  // A member's own announcement that it leaves, or joins, at `generation` (peers.h). It is
+  // applied to this node's list, at a generation newer than both, rather than replacing it:
+  // two nodes that leave (or join) at once are both applied, in either order, and neither
+  // puts the other back. The keys this node gains from a leaver wait for its `done` at
+  // `generation`. A joiner that is listed already (it restarted before anyone saw it go)
+  // is sent `done` once every hand-off this node has queued has run. A leaving node applies
+  // both to the list it hands its keys by. An error when it names this node.
+  std::optional<std::string> MemberLeaves(const std::string& member, uint64_t generation);
+  std::optional<std::string> MemberJoins(const std::string& member, uint64_t generation);
+  // Ends the waits for `from`'s keys up to `generation`: its `done`, or a joiner's verdict
+  // that `from` cannot be reached (its keys start fresh: the crash promise).
+  void Handed(const std::string& from, uint64_t generation);
   // A member list found by DNS, corrected by what members announced in the last
   // kAnnouncedHoldMs: one that left is taken out, one that joined is put in. DNS lags behind
   // both (a terminating pod is still listed, a new one not yet), and must not undo them.
@@ -300,8 +313,13 @@ class Node {
   // Makes `next` the membership if it is newer than the current one (else nothing): the keys
   // it moves away are queued as a job, those it brings wait for their owner under `before`
   // (the current ring when null). False when `next` was not newer.
-  bool Adopt(const Ring* before, std::shared_ptr<const Membership> next);
-  void Handed(const std::string& from, uint64_t generation);
+  // The waits it makes end with a `done` at `wait_generation` (next's when 0). Called with
+  // change_mu_ held.
+  bool Adopt(const Ring* before, std::shared_ptr<const Membership> next,
+             uint64_t wait_generation = 0);
+  // A leaving node's new list to hand its keys by (it serves nothing whatever the list):
+  // queues a job for what it still holds. Called with change_mu_ held.
+  void Rehome(std::shared_ptr<const Membership> next);
   void ExpireWaits(int64_t now);
   bool Waiting(uint32_t slot) const {
     return pending_count_.load(std::memory_order_relaxed) != 0 &&
@@ -343,6 +361,9 @@ class Node {
   std::unique_ptr<std::atomic<uint8_t>[]> pending_;
   std::atomic<int64_t> pending_count_{0};
   std::atomic<bool> leaving_{false};
+  // One member-list change at a time (SetMembers, Leave, Join, MemberLeaves, MemberJoins):
+  // each is computed from the list before it. Taken before handoff_mu_.
+  std::mutex change_mu_;
   mutable std::mutex handoff_mu_;
   std::condition_variable jobs_cv_;
   struct Wait {

@@ -1,4 +1,4 @@
-// Node's private types, shared by node.cc and hot_keys.cc.
+// Node's private types and constants, shared by its .cc files.
 #pragma once
 
 #include <mutex>
@@ -13,6 +13,10 @@
 #include "server/node.h"
 
 namespace limiter {
+
+// A member list (or a `done`) announced with a generation further ahead of this node's wall
+// clock is refused: one bad clock must not freeze the list for everyone after it.
+constexpr uint64_t kMaxGenerationAheadMs = 10 * 60 * 1000;
 
 // One limit an op touches: a named limit or an ancestor, with what the op does to it.
 struct Node::Entry {

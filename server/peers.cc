@@ -13,12 +13,16 @@
 namespace limiter {
 namespace {
 
-// A Request body with one MEMBERS op: `members` empty asks for the peer's list.
-std::vector<uint8_t> MembersRequest(const std::vector<std::string>& members, uint64_t generation) {
+// A Request body with one MEMBERS op: no change asks for the peer's list; else `self` leaves
+// or joins at `generation`.
+enum class Change { kNone, kLeaving, kJoining };
+std::vector<uint8_t> MembersRequest(Change change, const std::string& self, uint64_t generation) {
   flatbuffers::FlatBufferBuilder fbb(1024);
-  const auto list = fbb.CreateVectorOfStrings(members);
-  const std::span<const uint8_t> body =
-      FinishPeerRequest(fbb, wire::OpType::Members, wire::CreatePeer(fbb, list, generation));
+  const auto name = change == Change::kNone ? 0 : fbb.CreateString(self);
+  const auto peer = wire::CreatePeer(fbb, 0, change == Change::kNone ? 0 : generation, 0,
+                                     change == Change::kLeaving ? name : 0,
+                                     change == Change::kJoining ? name : 0);
+  const std::span<const uint8_t> body = FinishPeerRequest(fbb, wire::OpType::Members, peer);
   return {body.begin(), body.end()};
 }
 
@@ -111,16 +115,16 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
 }
 
 Result<std::pair<std::vector<std::string>, uint64_t>> Peers::AskMembers(const std::string& member) {
-  Result<Answer> a = Exchange(member, MembersRequest({}, 0));
+  Result<Answer> a = Exchange(member, MembersRequest(Change::kNone, {}, 0));
   if (!a) return Error{a.error()};
   if (!a->ok) return Error{member + ": " + a->error};
   return std::make_pair(std::move(a->members), a->generation);
 }
 
-std::optional<std::string> Peers::Announce(const std::string& member,
-                                           const std::vector<std::string>& members,
+std::optional<std::string> Peers::Announce(const std::string& member, bool leaving,
                                            uint64_t generation) {
-  Result<Answer> a = Exchange(member, MembersRequest(members, generation));
+  Result<Answer> a = Exchange(member, MembersRequest(leaving ? Change::kLeaving : Change::kJoining,
+                                                     node_.options().self, generation));
   if (!a) return a.error();
   if (!a->ok) return member + ": " + a->error;
   return std::nullopt;
@@ -155,8 +159,8 @@ void Peers::Leave() {
   {
     std::vector<std::thread> announcing;
     for (const std::string& member : others) {
-      announcing.emplace_back([this, &member, &others, generation] {
-        if (auto error = Announce(member, others, generation)) {
+      announcing.emplace_back([this, &member, generation] {
+        if (auto error = Announce(member, /*leaving=*/true, generation)) {
           Log("leaving: " + *error + " (it learns the list later; its keys from here may "
               "start fresh)");
         }
@@ -198,28 +202,31 @@ void Peers::Join() {
     return;
   }
   auto& [list, generation] = *best;
-  if (std::find(list.begin(), list.end(), self) != list.end()) {
-    // Already a member by their list: nobody holds keys for this node.
-    (void)node_.SetMembers(list, generation);
-    node_.OpenGate();
-    Log("join: already a member at generation " + std::to_string(generation));
-    return;
+  // Listed already (a member's DNS saw this node first, or it restarted before anyone saw
+  // it go): a member may still be sending it keys, so it waits all the same, and each member
+  // answers its join with `done` once its queued hand-offs have run.
+  const bool listed = std::find(list.begin(), list.end(), self) != list.end();
+  std::vector<std::string> previous, members = list;
+  for (const std::string& m : list) {
+    if (m != self) previous.push_back(m);
   }
-  std::vector<std::string> members = list;
-  members.push_back(self);
+  if (!listed) members.push_back(self);
   const uint64_t next = std::max({generation + 1, mine->generation + 1, WallClockGeneration()});
-  if (auto error = node_.Join(list, members, next)) {
+  if (auto error = node_.Join(previous, members, next)) {
     Log("join: " + *error);
     node_.OpenGate();
     return;
   }
-  for (const std::string& member : list) {
-    if (auto error = Announce(member, members, next)) {
-      Log("join: " + *error + " (its keys for this node arrive late or start fresh)");
+  for (const std::string& member : previous) {
+    if (auto error = Announce(member, /*leaving=*/false, next)) {
+      // Not reachable: whatever it holds for this node does not come; those keys start fresh
+      // now rather than at the deadline (the crash promise).
+      node_.Handed(member, next);
+      Log("join: " + *error + " (its keys for this node start fresh)");
     }
   }
   Log("join: joined at generation " + std::to_string(next) + " with " +
-      std::to_string(members.size()) + " members");
+      std::to_string(members.size()) + " members" + (listed ? " (listed already)" : ""));
 }
 
 }  // namespace limiter

@@ -1,12 +1,15 @@
 // Peers: what a node says to the other nodes of its cluster, over their data ports: member
 // lists (asking for one, announcing one) and hand-off batches. It also runs the node's half
 // of leaving and joining (see "Hand-off" in node.h):
-//   - Leave: announce the list without this node to every other member (each then waits for
-//     this node's keys), adopt it (every op is answered WrongOwner with it), hand every key
-//     over, and return once done or at the deadline.
-//   - Join: ask the members for their list; if it lacks this node, adopt it with this node
-//     added, at a newer generation, announce it, and let the node wait for each key it gains
-//     until its last owner has handed it over.
+//   - Leave: announce to every other member that this node leaves (each takes it out of its
+//     own list and waits for this node's keys), adopt the list without it (every op is
+//     answered WrongOwner with it), hand every key over, and return once done or at the
+//     deadline.
+//   - Join: ask the members for their list, adopt it with this node in, at a newer
+//     generation, announce the join to each member, and let the node wait for each key it
+//     gains until its last owner has handed it over (or cannot be reached).
+// Announcing the change rather than a whole list lets several nodes leave or join at once:
+// each receiver applies every change to its own list.
 //
 // Blocking connections (the client library's NodeConnection, with the node's own secret and,
 // with mutual TLS, its certificate), one per peer, kept open. Used from the node's hand-off
@@ -44,9 +47,9 @@ class Peers {
 
   // The member list `member` uses, with its generation.
   Result<std::pair<std::vector<std::string>, uint64_t>> AskMembers(const std::string& member);
-  // Tells `member` to adopt `members` at `generation`; an error when it could not or would not.
-  std::optional<std::string> Announce(const std::string& member,
-                                      const std::vector<std::string>& members,
+  // Tells `member` that this node leaves (or joins) at `generation` (Node::MemberLeaves,
+  // MemberJoins); an error when it could not or would not hear it.
+  std::optional<std::string> Announce(const std::string& member, bool leaving,
                                       uint64_t generation);
   // A Node::HandoffSink: the keys `member` took, or -1.
   int64_t SendHandoff(const std::string& member, std::span<const uint8_t> frame);
