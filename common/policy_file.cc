@@ -4,6 +4,7 @@
 
 #include "common/key_limiter.h"
 #include "common/read_file.h"
+#include "common/region_share.h"
 #include "common/yaml_reader.h"
 
 namespace limiter {
@@ -171,6 +172,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
       p.scope = Scope::kRegion;
     } else if (text == "global") {
       p.scope = Scope::kGlobal;
+      if (auto error = GlobalScopeError(p.algorithm)) r_.Fail(f->value, "scope", *error);
     } else {
       r_.Fail(f->value, "scope", "expected region or global, got '" + text + "'");
     }
