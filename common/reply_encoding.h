@@ -59,6 +59,16 @@ struct ReplyFields {
     uint16_t split_k = 0;
   };
   const std::vector<HotKey>* hot_keys = nullptr;
+  // REGIONS: this region first, then the others.
+  struct Region {
+    std::string_view region;
+    int64_t share = -1;
+    int64_t demand = -1;
+    int64_t report_age_ms = -1;
+    int64_t link_age_ms = -1;
+    int64_t pending_share = 0;
+  };
+  const std::vector<Region>* regions = nullptr;
 };
 
 // A frame's hello answer: who this node is and which member list its ring comes from.
@@ -126,6 +136,16 @@ inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferB
     }
     hot = fbb.CreateVector(list);
   }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::RegionState>>> regions;
+  if (f.regions) {
+    std::vector<flatbuffers::Offset<wire::RegionState>> list;
+    for (const ReplyFields::Region& r : *f.regions) {
+      list.push_back(wire::CreateRegionState(fbb, reply_encoding::Str(fbb, r.region), r.share,
+                                             r.demand, r.report_age_ms, r.link_age_ms,
+                                             r.pending_share));
+    }
+    regions = fbb.CreateVector(list);
+  }
   const auto split_token =
       f.split_token.empty() ? 0 : fbb.CreateVector(f.split_token.data(), f.split_token.size());
   // Scalars at their default are left out (as FlatBuffers would), tested here: most replies
@@ -159,6 +179,7 @@ inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferB
     if (!split_token.IsNull()) b.add_split_token(split_token);
   }
   if (!hot.IsNull()) b.add_hot_keys(hot);
+  if (!regions.IsNull()) b.add_regions(regions);
   return b.Finish();
 }
 

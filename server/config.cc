@@ -21,7 +21,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                                   "members", "generation", "members_dns", "self", "hot_keys",
                                   "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
                                   "max_reply_bytes", "tls", "max_tls_handshakes",
-                                  "handoff_deadline"});
+                                  "handoff_deadline", "region", "regions", "rebalance_interval",
+                                  "region_floor", "region_max_keys"});
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
       return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
@@ -131,6 +132,47 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
             hot.sketch_capacity = static_cast<size_t>(n);
           }
         }
+      } else if (name == "region") {
+        c.node.regions.region = r.Scalar(f, name);
+      } else if (name == "regions") {
+        if (!f.value.IsSequence()) {
+          r.Fail(f.value, name, "expected a list of {name, members | members_dns}");
+        }
+        for (const auto& one : f.value) {
+          RegionOptions::Other other;
+          for (const auto& [field, g] : r.Fields(one, name, {"name", "members", "members_dns"})) {
+            const std::string where = "regions." + field;
+            if (field == "name") {
+              other.name = r.Scalar(g, where);
+            } else if (field == "members_dns") {
+              other.members_dns = r.Scalar(g, where);
+            } else {
+              if (!g.value.IsSequence()) r.Fail(g.value, where, "expected a list of HOST:PORT");
+              for (const auto& m : g.value) {
+                Result<std::vector<std::string>> member =
+                    ParseMemberList(m.IsScalar() ? m.Scalar() : std::string());
+                if (!member || member->size() != 1) {
+                  r.Fail(m, where, member ? "expected one HOST:PORT" : member.error());
+                }
+                other.members.push_back(member->front());
+              }
+            }
+          }
+          if (other.name.empty()) r.Fail(one, name, "each region needs a name");
+          c.node.regions.others.push_back(std::move(other));
+        }
+      } else if (name == "rebalance_interval") {
+        c.node.regions.rebalance_interval_ms = r.DurationMs(f, name);
+      } else if (name == "region_floor") {
+        const std::string text = r.Scalar(f, name);
+        char* end = nullptr;
+        c.node.regions.floor = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() || !(c.node.regions.floor >= 0) ||
+            c.node.regions.floor > 1) {
+          r.Fail(f.value, name, "expected a share of the limit between 0 and 1, got '" + text + "'");
+        }
+      } else if (name == "region_max_keys") {
+        c.node.regions.max_keys = r.PositiveInt(f, name);
       } else if (name == "max_tls_handshakes") {
         c.server.max_tls_handshakes = r.PositiveInt(f, name);
       } else if (name == "tls") {

@@ -29,6 +29,14 @@
 //   max_tls_handshakes: 1000     # in progress at once (tens of KiB each); more: closed
 //   handoff_deadline: 10s        # leaving (SIGTERM) or joining, keys reach their new owner
 //                                # within this, or start fresh there; 0: no hand-off
+//   region: us-east              # this node's region: `scope: global` limits are enforced
+//                                # as this region's share (README "Regions")
+//   regions:                     # the other regions, each by a list or a DNS name
+//     - {name: eu-west, members: [10.1.0.1:7450, 10.1.0.2:7450]}
+//     - {name: ap-south, members_dns: limiterd.ap.svc:7450}
+//   rebalance_interval: 2s       # demand reports and new shares, on the wall clock's ticks
+//   region_floor: 0.05           # each region's least share, of L (at least one unit)
+//   region_max_keys: 100000      # global keys tracked; beyond, new ones get the floor
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)

@@ -34,8 +34,10 @@ int64_t Node::ReopenMarginMs() const {
 bool Node::Splittable(int policy) const {
   const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
   // A split key's sub-buckets live on other nodes than its tenant, so only keys outside
-  // any nesting split.
+  // any nesting split. A global key's region share lives with its one owner here, so it is
+  // not split either.
   return p.parent_index < 0 && !parents_[static_cast<size_t>(policy)] &&
+         !global_[static_cast<size_t>(policy)] &&
          SubRate(p, options_.hot.split_k, options_.hot.split_k - 1).has_value();
 }
 

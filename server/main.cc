@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
     std::cerr << "limiterd: " << plan.error() << '\n';
     return 1;
   }
+  if (auto error = limiter::RegionShares::Check(*policy_set, config.node.regions)) {
+    std::cerr << "limiterd: " << *error << '\n';
+    return 1;
+  }
   if (!secret_file.empty()) config.secret_file = secret_file;
   if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
   if (insecure) config.insecure = true;

@@ -123,6 +123,17 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   const std::shared_ptr<const Membership> membership = membership_.load();
   out.emplace_back("membership_generation", static_cast<int64_t>(membership->generation));
   out.emplace_back("membership_members", static_cast<int64_t>(membership->ring.members().size()));
+  if (regions_) {
+    RegionShares::Counters& c = regions_->counters();
+    out.emplace_back("regions_reports_sent", c.reports_sent.load());
+    out.emplace_back("regions_reports_received", c.reports_received.load());
+    out.emplace_back("regions_reports_late", c.reports_late.load());
+    out.emplace_back("regions_reports_refused", c.reports_refused.load());
+    out.emplace_back("regions_send_errors", c.send_errors.load());
+    out.emplace_back("regions_keys", c.keys.load());
+    out.emplace_back("regions_keys_untracked", c.keys_untracked.load());
+    out.emplace_back("regions_rebalance_us", c.rebalance_us.load());
+  }
   out.emplace_back("connections_open", static_cast<int64_t>(opened - closed));
   out.emplace_back("connections_total", static_cast<int64_t>(opened));
   out.emplace_back("resident_bytes", ResidentBytes());
@@ -249,6 +260,56 @@ std::string Node::RenderMetrics() {
   for (const Plain& m : kHandoff) {
     Header(out, m.metric, m.type, m.help);
     out << m.metric << ' ' << stat(m.stat) << '\n';
+  }
+  if (regions_) {
+    static constexpr Plain kRegions[] = {
+        {"limiter_region_reports_sent_total", "regions_reports_sent", "counter",
+         "Demand reports sent to nodes of other regions (one per node per interval at least)."},
+        {"limiter_region_reports_received_total", "regions_reports_received", "counter",
+         "Demand reports taken from nodes of other regions."},
+        {"limiter_region_reports_late_total", "regions_reports_late", "counter",
+         "Reports that came more than 1.5 intervals after the same node's last one."},
+        {"limiter_region_reports_refused_total", "regions_reports_refused", "counter",
+         "Reports refused: an unknown region, another policy file or key-id seed."},
+        {"limiter_region_send_errors_total", "regions_send_errors", "counter",
+         "Reports that could not be delivered to a node of another region."},
+        {"limiter_region_keys", "regions_keys", "gauge",
+         "Global keys whose region share this node tracks."},
+        {"limiter_region_keys_untracked_total", "regions_keys_untracked", "counter",
+         "Uses of a global key beyond region_max_keys: it got the floor share."},
+        {"limiter_region_rebalance_seconds", "regions_rebalance_us", "gauge",
+         "How long the last rebalance took (microseconds / 1e6)."},
+    };
+    for (const Plain& m : kRegions) {
+      Header(out, m.metric, m.type, m.help);
+      const int64_t v = stat(m.stat);
+      if (std::string_view(m.stat) == "regions_rebalance_us") {
+        out << m.metric << ' ' << static_cast<double>(v) / 1e6 << '\n';
+      } else {
+        out << m.metric << ' ' << v << '\n';
+      }
+    }
+    Header(out, "limiter_region_link_age_seconds", "gauge",
+           "Since the last report from any node of each other region (-1: never).");
+    for (const RegionShares::View& v : regions_->ViewOf(0, nullptr, clock_.NowMs())) {
+      if (v.region == regions_->options().region) continue;
+      out << "limiter_region_link_age_seconds{region=\"" << Escape(v.region) << "\"} "
+          << (v.link_age_ms < 0 ? -1.0 : static_cast<double>(v.link_age_ms) / 1000) << '\n';
+    }
+    Header(out, "limiter_region_top_share", "gauge",
+           "This region's share (units per window) of the global keys with the most demand "
+           "here, by rank; limiter_region_top_demand is their demand.");
+    const std::vector<RegionShares::TopShare> top = regions_->Top(10);
+    for (size_t i = 0; i < top.size(); ++i) {
+      out << "limiter_region_top_share{rank=\"" << i + 1 << "\",policy=\""
+          << Escape(top[i].policy) << "\"} " << top[i].share << '\n';
+    }
+    Header(out, "limiter_region_top_demand", "gauge",
+           "Demand here (units per window, allowed or not) of the keys in limiter_region_top_share.");
+    for (size_t i = 0; i < top.size(); ++i) {
+      out << "limiter_region_top_demand{rank=\"" << i + 1 << "\",policy=\""
+          << Escape(top[i].policy) << "\"} " << top[i].demand << '\n';
+    }
   }
   Header(out, "limiter_key_units", "gauge",
          "Key units held: a key is one, a sliding-log key more (its log's memory).");

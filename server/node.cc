@@ -20,7 +20,7 @@ namespace {
 
 constexpr auto kOpNames = std::to_array<std::string_view>(
     {"check", "lease", "return", "inspect", "stats", "split", "hot_keys", "members", "handoff",
-     "unknown"});
+     "regions", "unknown"});
 static_assert(kOpNames.size() == kOpTypes + 1, "a name for every op type");
 
 uint64_t RandomLeaseIdStart() {
@@ -58,6 +58,13 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
     if (p.mode != LeaseMode::kLease) continue;
     for (const Policy* q : policies.Chain(p)) {
       leased_[static_cast<size_t>(q - policies.policies().data())] = true;
+    }
+  }
+  global_.assign(policies.policies().size(), false);
+  if (!options_.regions.region.empty()) {
+    regions_ = std::make_unique<RegionShares>(policies, options_.regions);
+    for (size_t i = 0; i < policies.policies().size(); ++i) {
+      global_[i] = policies.policies()[i].scope == Scope::kGlobal;
     }
   }
   sub_rates_.resize(policies.policies().size());
@@ -249,6 +256,14 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpRes
     }
     f.hot_keys = &w.hot;
   }
+  if (r.with_regions) {
+    w.regions.clear();
+    for (const RegionShares::View& v : w.region_views) {
+      w.regions.push_back(
+          {v.region, v.share, v.demand, v.report_age_ms, v.link_age_ms, v.pending_share});
+    }
+    f.regions = &w.regions;
+  }
   w.replies.push_back(EncodeOpReply(w.fbb, op.id(), f));
 }
 
@@ -257,12 +272,12 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
   const int type = static_cast<int>(op.type());
   switch (op.type()) {
     case wire::OpType::Check: {
-      if (!Resolve(w, op, m, /*single=*/false, CostUse::kCharge, r)) break;
+      if (!Resolve(w, op, m, /*single=*/false, CostUse::kCharge, now, r)) break;
       Check(w, op.dry_run(), now, r);
       break;
     }
     case wire::OpType::Lease: {
-      if (!Resolve(w, op, m, /*single=*/true, CostUse::kUnits, r)) break;
+      if (!Resolve(w, op, m, /*single=*/true, CostUse::kUnits, now, r)) break;
       const Policy& p = policies_.policies()[static_cast<size_t>(w.entries.front().policy)];
       if (p.mode == LeaseMode::kStrict) {
         r.Fail(wire::Status::BadRequest,
@@ -273,7 +288,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       break;
     }
     case wire::OpType::Return: {
-      if (!Resolve(w, op, m, /*single=*/true, CostUse::kUnits, r)) break;
+      if (!Resolve(w, op, m, /*single=*/true, CostUse::kUnits, now, r)) break;
       const Policy& p = policies_.policies()[static_cast<size_t>(w.entries.front().policy)];
       if (p.mode == LeaseMode::kStrict) {
         r.Fail(wire::Status::BadRequest, "policy '" + p.name +
@@ -295,7 +310,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       break;
     }
     case wire::OpType::Inspect: {
-      if (!Resolve(w, op, m, /*single=*/true, CostUse::kNone, r)) break;
+      if (!Resolve(w, op, m, /*single=*/true, CostUse::kNone, now, r)) break;
       Inspect(w, now, r);
       break;
     }
@@ -303,7 +318,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       r.with_stats = true;
       break;
     case wire::OpType::Split: {
-      if (!Resolve(w, op, m, /*single=*/true, CostUse::kNone, r)) break;
+      if (!Resolve(w, op, m, /*single=*/true, CostUse::kNone, now, r)) break;
       if (op.cost() < 0 || op.cost() > kMaxCost || w.entries.front().split_k != 0) {
         r.Fail(wire::Status::BadRequest,
                "SPLIT takes the key itself and the ops sent to its sub-buckets, 0 to " +
@@ -321,6 +336,9 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       break;
     case wire::OpType::Handoff:
       HandoffOp(w.peer, now, r);
+      break;
+    case wire::OpType::Regions:
+      RegionsOp(w, op, m, now, r);
       break;
     default:
       r.Fail(wire::Status::BadRequest, "unknown op type " + std::to_string(type));
@@ -340,7 +358,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
 
 // Fills w.entries with the op's limits, then their ancestors keyed by the tenant, once each.
 bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool single,
-                   CostUse cost_use, OpResult& r) {
+                   CostUse cost_use, int64_t now, OpResult& r) {
   const auto* limits = op.limits();
   const size_t n = limits ? limits->size() : 0;
   if (n == 0) {
@@ -476,6 +494,19 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
       const Policy& ancestor = policies_.policies()[static_cast<size_t>(a)];
       if (tenant_slot == UINT32_MAX) tenant_slot = Ring::SlotOf(tenant);
       add(a, protocol::AncestorIdInSlot(ancestor, tenant, tenant_slot), tenant);
+    }
+  }
+  if (regions_ && op.type() != wire::OpType::Regions) {
+    // The units asked for are the key's demand in this region, allowed or not.
+    for (Entry& e : w.entries) {
+      if (!global_[static_cast<size_t>(e.policy)]) continue;
+      int64_t asked = 0;
+      if (cost_use == CostUse::kCharge) {
+        asked = e.cost;
+      } else if (op.type() == wire::OpType::Lease) {
+        asked = op.cost();
+      }
+      e.rate = regions_->Use(e.policy, e.id, asked, now);
     }
   }
   return true;

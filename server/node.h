@@ -29,6 +29,7 @@
 #include "common/histogram.h"
 #include "common/policy.h"
 #include "common/ring.h"
+#include "server/region_shares.h"
 #include "server/store.h"
 
 namespace limiter::wire {
@@ -79,6 +80,9 @@ struct NodeOptions {
   // what (Join or OpenGate).
   int64_t handoff_deadline_ms = 10'000;
   bool join_gate = false;
+  // Regions (region_shares.h): with a region named, `scope: global` limits are enforced as
+  // this region's share. Checked by RegionShares::Check.
+  RegionOptions regions;
 };
 
 // What one hand-off (Node::Export) did.
@@ -91,7 +95,7 @@ struct HandoffStats {
 
 enum class BadFrame { kTooLarge, kEmpty, kInvalid, kTruncated };
 inline constexpr int kBadFrameKinds = 4;
-inline constexpr int kOpTypes = 9;  // wire::OpType values
+inline constexpr int kOpTypes = 10;  // wire::OpType values
 enum Outcome { kAllowed, kDenied, kError };
 // "check", "lease", ...; kOpTypes (or anything out of range) is "unknown".
 std::string_view OpTypeName(int type);
@@ -246,6 +250,11 @@ class Node {
   bool requires_secret() const { return requires_secret_; }
 
   const NodeOptions& options() const { return options_; }
+  // Null when this node names no region.
+  RegionShares* regions() { return regions_.get(); }
+  // What peers check before they take this node's keys or reports: its policy file's digest.
+  uint64_t policy_digest() const { return policy_digest_; }
+  int64_t NowMs() const { return clock_.NowMs(); }
   const PolicySet& policies() const { return policies_; }
   Store& store() { return store_; }
 
@@ -276,8 +285,12 @@ class Node {
   // The reply of one handled op, appended to the worker's replies.
   void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r);
   enum class CostUse { kCharge, kUnits, kNone };
+  // Fills w.entries with the op's limits and their ancestors; a global limit gets this
+  // region's share (RegionShares::Use), counting the units the op asks for as its demand.
   bool Resolve(Worker& w, const wire::Op& op, const Membership& m, bool single,
-               CostUse cost_use, OpResult& r);
+               CostUse cost_use, int64_t now, OpResult& r);
+  // REGIONS: a report from another region, or a question about this region's shares.
+  void RegionsOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
   void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
   void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
   void Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,
@@ -310,6 +323,9 @@ class Node {
   // Their payload is the frame's (wire::Request::peer), null when it has none.
   void MembersOp(const wire::Peer* peer, OpResult& r);
   void HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r);
+  // Regions: null without a region. global_: per policy, scope: global (with regions).
+  std::unique_ptr<RegionShares> regions_;
+  std::vector<bool> global_;
   // Makes `next` the membership if it is newer than the current one (else nothing): the keys
   // it moves away are queued as a job, those it brings wait for their owner under `before`
   // (the current ring when null). False when `next` was not newer.

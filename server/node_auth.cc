@@ -103,13 +103,14 @@ std::optional<std::string> Node::FrameBoundError(const wire::Request& request) c
   for (const wire::Op* op : *ops) {
     stats += op->type() == wire::OpType::Stats;
     hot += op->type() == wire::OpType::HotKeys;
-    inspects += op->type() == wire::OpType::Inspect;
+    // A question about region shares costs what an INSPECT does.
+    inspects += op->type() == wire::OpType::Inspect || op->type() == wire::OpType::Regions;
   }
   if (stats > 1)
     return "the frame asks for STATS " + std::to_string(stats) + " times; once at most";
   if (hot > 1) return "the frame asks for HOTKEYS " + std::to_string(hot) + " times; once at most";
   if (inspects > options_.max_inspects_per_frame) {
-    return "the frame has " + std::to_string(inspects) + " INSPECT ops; at most " +
+    return "the frame has " + std::to_string(inspects) + " INSPECT (or REGIONS) ops; at most " +
            std::to_string(options_.max_inspects_per_frame) + " are allowed per frame";
   }
   return std::nullopt;

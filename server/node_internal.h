@@ -47,6 +47,7 @@ struct Node::OpResult {
   bool tracked = false;
   bool with_stats = false;
   bool with_hot_keys = false;
+  bool with_regions = false;  // REGIONS: Worker::region_views answers
   std::shared_ptr<const Membership> members;  // MEMBERS: the list to answer with
   auth::SplitToken split_token{};  // reply.split_token points here when signed
 
@@ -69,7 +70,8 @@ class Node::Worker {
   std::vector<wire::LimitResult> results;
   std::vector<uint64_t> aligned;  // a request body copied to 8-byte alignment
   size_t own_limits = 0;          // entries named by the op; the rest are ancestors
-  bool made_drained = false;      // Load made a sub-bucket, drained, to be saved
+  bool must_save = false;  // Load made a state to keep, decided or not (a drained sub-bucket,
+                          // a state moved to a new region share)
   std::string routing;            // a sub-bucket's routing key, "key#i"
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.
@@ -82,6 +84,8 @@ class Node::Worker {
   std::vector<std::pair<std::string, int64_t>> stats;
   std::vector<HotKey> hottest;
   std::vector<ReplyFields::HotKey> hot;
+  std::vector<RegionShares::View> region_views;
+  std::vector<ReplyFields::Region> regions;
 };
 
 }  // namespace limiter

@@ -101,13 +101,17 @@ void Node::CollectStripes(Worker& w) {
 // Save or GiveBack. A sub-bucket not yet made starts drained: a split hands out no allowance
 // the key had not already.
 void Node::Load(Worker& w, int64_t now) {
-  w.made_drained = false;
+  w.must_save = false;
   for (Entry& e : w.entries) {
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Take(e.policy, e.slot, now);
+    if (regions_ && global_[static_cast<size_t>(e.policy)] &&
+        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
+      w.must_save = true;  // the region's share moved: this is the key's state now
+    }
     if (e.slot == nullptr && e.split_k != 0) {
       e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
-      w.made_drained = true;  // must be kept, allowed or not: a fresh state is full
+      w.must_save = true;  // must be kept, allowed or not: a fresh state is full
     }
   }
 }
@@ -157,7 +161,7 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
         for (Entry& e : entries) e.decision = e.limiter.Decide(e.rate, now, e.cost);
       }
     }
-    if ((all && !dry_run) || w.made_drained) {
+    if ((all && !dry_run) || w.must_save) {
       Save(w, lock, now);
       charged = all && !dry_run;
       // Before an admission is the least a lease's charge can have fallen to: its books
@@ -210,7 +214,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
         r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, rest.retry_after_ms);
       }
     }
-    if (grant > 0 || w.made_drained) {
+    if (grant > 0 || w.must_save) {
       Save(w, lock, now);
     } else {
       Abandon(store_, entries);
@@ -250,6 +254,10 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
   for (Entry& e : entries) {
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Take(e.policy, e.slot, now);
+    if (e.slot && regions_ && global_[static_cast<size_t>(e.policy)] &&
+        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
+      store_.Pack(e.policy, KeyLimiter(e.limiter), e.slot);  // the region's share moved
+    }
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry& e = entries[i];

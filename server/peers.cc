@@ -144,6 +144,14 @@ int64_t Peers::SendHandoff(const std::string& member, std::span<const uint8_t> f
   return a->granted;
 }
 
+std::optional<std::string> Peers::Send(const std::string& member,
+                                       std::span<const uint8_t> frame) {
+  Result<Answer> a = Exchange(member, frame);
+  if (!a) return a.error();
+  if (!a->ok) return member + ": " + a->error;
+  return std::nullopt;
+}
+
 void Peers::Leave() {
   const std::shared_ptr<const Node::Membership> m = node_.membership();
   const std::string& self = node_.options().self;

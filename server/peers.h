@@ -53,6 +53,8 @@ class Peers {
                                       uint64_t generation);
   // A Node::HandoffSink: the keys `member` took, or -1.
   int64_t SendHandoff(const std::string& member, std::span<const uint8_t> frame);
+  // Sends a one-op Request body; an error when it was not delivered or the op failed.
+  std::optional<std::string> Send(const std::string& member, std::span<const uint8_t> frame);
 
   // See above. Both log what they do on stderr, one line each step.
   void Leave();

@@ -9,11 +9,13 @@
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
+#include <map>
 #include <thread>
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 
+#include "common/key_id.h"
 #include "common/membership.h"
 #include "common/result.h"
 #include "server/connection.h"
@@ -136,10 +138,73 @@ struct Server::Impl {
   std::thread handoff;
   std::thread joiner;
   std::thread drainer;
+  // Regions: every rebalance tick, new shares and the reports to the other regions.
+  std::unique_ptr<Peers> region_peers;
+  std::thread rebalancer;
   std::atomic<bool> draining{false};
   std::atomic<bool> joined{false};  // the joiner is done (or there is none)
 
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
+
+  // The rebalancer: on every tick of the wall clock's multiples of the interval (so the
+  // regions' ticks line up, and each computes from the same reports), the other regions' DNS
+  // names, new shares, and this node's reports to every node of every other region (one
+  // thread per region, so that one slow region delays no other).
+  void RunRegions(RegionShares& regions) {
+    const int64_t interval = regions.options().rebalance_interval_ms;
+    const std::string self =
+        node.options().self.empty() ? options.listen : node.options().self;
+    std::map<std::string, std::string> last_error;  // per destination: logged once
+    std::mutex log_mu;
+    std::unique_lock<std::mutex> lock(sweep_mu);
+    while (!stopping) {
+      const int64_t wall = static_cast<int64_t>(WallClockGeneration());  // ms since 1970
+      sweep_cv.wait_for(lock, std::chrono::milliseconds((wall / interval + 1) * interval - wall));
+      if (stopping) break;
+      lock.unlock();
+      for (const RegionOptions::Other& other : regions.options().others) {
+        if (other.members_dns.empty()) continue;
+        Result<std::vector<std::string>> members = ResolveMembers(other.members_dns);
+        if (members) {
+          regions.SetMembers(other.name, std::move(members).value());
+        } else {
+          std::fprintf(stderr, "limiterd: region %s: %s (keeping the last list)\n",
+                       other.name.c_str(), members.error().c_str());
+        }
+      }
+      regions.Rebalance(node.NowMs());
+      std::map<std::string, std::vector<std::pair<std::string, std::vector<uint8_t>>>> by_region;
+      for (auto& report : regions.Reports(self, node.policy_digest(), KeyIdSeedDigest())) {
+        for (const RegionOptions::Other& other : regions.options().others) {
+          const std::vector<std::string> members = regions.MembersOf(other.name);
+          if (std::find(members.begin(), members.end(), report.first) != members.end()) {
+            by_region[other.name].push_back(std::move(report));
+            break;
+          }
+        }
+      }
+      std::vector<std::thread> senders;
+      for (auto& [region, reports] : by_region) {
+        senders.emplace_back([&, region = region, &reports = reports] {
+          for (const auto& [member, body] : reports) {
+            std::optional<std::string> error = region_peers->Send(member, body);
+            if (error) regions.counters().send_errors.fetch_add(1);
+            std::lock_guard<std::mutex> guard(log_mu);
+            std::string& last = last_error[member];
+            if (error && *error != last) {
+              std::fprintf(stderr, "limiterd: region %s: %s\n", region.c_str(), error->c_str());
+            } else if (!error && !last.empty()) {
+              std::fprintf(stderr, "limiterd: region %s: %s reached again\n", region.c_str(),
+                           member.c_str());
+            }
+            last = error.value_or("");
+          }
+        });
+      }
+      for (std::thread& t : senders) t.join();
+      lock.lock();
+    }
+  }
 
   void Accept() {
     WorkerThread& target = *workers[next_worker];
@@ -333,6 +398,14 @@ std::optional<std::string> Server::Start() {
     if (!peers) return peers.error();
     s.peers = std::move(peers).value();
   }
+  if (RegionShares* regions = s.node.regions()) {
+    // Reports cross regions: a connection may take most of an interval.
+    Result<std::unique_ptr<Peers>> peers = Peers::Make(
+        s.node, s.options.tls,
+        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms, 500, 5000)));
+    if (!peers) return "regions: " + peers.error();
+    s.region_peers = std::move(peers).value();
+  }
   // Before the node says it is up, so that a SIGTERM from then on is a clean stop: the node
   // hands its keys over first (Drain); a second signal stops it at once.
   s.signals = std::make_unique<asio::signal_set>(s.workers.front()->io, SIGINT, SIGTERM);
@@ -391,6 +464,9 @@ void Server::Run() {
     };
     while (!s.stopping) s.node.RunNextHandoff(send, std::chrono::milliseconds(100));
   });
+  if (RegionShares* regions = s.node.regions()) {
+    s.rebalancer = std::thread([&s, regions] { s.RunRegions(*regions); });
+  }
   if (!s.node.options().join_gate || !s.peers) s.joined = true;
   if (s.node.options().join_gate && s.peers) {
     s.joiner = std::thread([&s] {
@@ -415,6 +491,7 @@ void Server::Run() {
   if (s.handoff.joinable()) s.handoff.join();
   if (s.joiner.joinable()) s.joiner.join();
   if (s.drainer.joinable()) s.drainer.join();
+  if (s.rebalancer.joinable()) s.rebalancer.join();
   s.serving = false;
 }
 

@@ -296,7 +296,7 @@ TEST_F(NodeTest, UnknownOpTypeIsAnErrorReply) {
   flatbuffers::FlatBufferBuilder fbb;
   wire::OpBuilder op(fbb);
   op.add_id(5);
-  op.add_type(static_cast<wire::OpType>(9));
+  op.add_type(static_cast<wire::OpType>(10));
   const auto o = op.Finish();
   const auto ops = fbb.CreateVector(&o, 1);
   wire::RequestBuilder req(fbb);
@@ -306,7 +306,7 @@ TEST_F(NodeTest, UnknownOpTypeIsAnErrorReply) {
   ASSERT_EQ(r.ops()->size(), 1u);
   EXPECT_EQ(r.ops()->Get(0)->id(), 5u);
   EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::BadRequest);
-  EXPECT_EQ(r.ops()->Get(0)->error()->str(), "unknown op type 9");
+  EXPECT_EQ(r.ops()->Get(0)->error()->str(), "unknown op type 10");
   EXPECT_EQ(Stat("ops_unknown_error"), 1);
 }
 

@@ -1,0 +1,449 @@
+#include "server/region_shares.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "common/limits.h"
+#include "common/region_share.h"
+#include "common/wire.h"
+
+namespace limiter {
+namespace {
+
+constexpr size_t kShards = 16;
+constexpr size_t kSeconds = 16;        // demand kept per second, this many seconds back
+constexpr size_t kReportKeys = 4096;   // keys per report frame
+
+}  // namespace
+
+struct RegionShares::Record {
+  int policy = 0;
+  int64_t share = 0;
+  Rate rate;        // the share's Rate, what Use answers
+  Rate state_rate;  // the Rate the key's state was last decided under (Reconcile)
+  int64_t raise_to = 0;
+  int64_t raise_since_ms = -1;  // -1: no raise waiting
+  std::array<int64_t, kSeconds> seconds{};  // units wanted per second, by second % kSeconds
+  int64_t newest_second = 0;
+  int64_t last_use_ms = 0;
+  int64_t sent_demand = 0;  // this region's demand as last reported (used in the allocation)
+  struct Report {
+    int64_t demand = 0;
+    int64_t share = -1;
+    int64_t at_ms = -1;  // -1: none
+  };
+  std::vector<Report> reports;  // per region index
+};
+
+struct RegionShares::Shard {
+  std::mutex mu;
+  std::unordered_map<KeyId, Record, KeyIdHash> records;  // guarded by mu
+};
+
+std::optional<std::string> RegionShares::Check(const PolicySet& policies,
+                                               const RegionOptions& o) {
+  if (o.region.empty()) {
+    if (!o.others.empty()) return "regions: name this node's region (region) too";
+    return std::nullopt;
+  }
+  std::set<std::string> names = {o.region};
+  for (const RegionOptions::Other& other : o.others) {
+    if (other.name.empty() || other.name.size() > kMaxNameBytes) {
+      return "regions: a region's name is 1 to " + std::to_string(kMaxNameBytes) + " bytes";
+    }
+    if (!names.insert(other.name).second) return "regions: '" + other.name + "' is named twice";
+    if (other.members.empty() == other.members_dns.empty()) {
+      return "regions: region '" + other.name + "' needs members or members_dns (one of them)";
+    }
+  }
+  if (names.size() > kMaxRegions) {
+    return "regions: at most " + std::to_string(kMaxRegions) + " regions, got " +
+           std::to_string(names.size());
+  }
+  if (o.rebalance_interval_ms < 100 || o.rebalance_interval_ms > 60'000) {
+    return "rebalance_interval: 100 ms to 60 s, got " + std::to_string(o.rebalance_interval_ms) +
+           " ms";
+  }
+  if (!(o.floor >= 0 && o.floor <= 1)) return "region_floor: a share of the limit, 0 to 1";
+  if (o.max_keys < 1) return "region_max_keys: at least 1";
+  const int64_t n = static_cast<int64_t>(names.size());
+  for (const Policy& p : policies.policies()) {
+    if (p.scope != Scope::kGlobal) continue;
+    const int64_t q = ShareQuantum(p.algorithm, p.rate);
+    if (p.rate.limit() / q < n) {
+      return "policy '" + p.name + "': a global limit of " + std::to_string(p.rate.limit()) +
+             " cannot give each of " + std::to_string(n) + " regions its smallest share (" +
+             std::to_string(q) + (q > 1 ? ": limit / burst" : "") + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+RegionShares::RegionShares(const PolicySet& policies, RegionOptions options)
+    : policies_(policies), options_(std::move(options)), shards_(new Shard[kShards]) {
+  names_.push_back(options_.region);
+  for (const RegionOptions::Other& o : options_.others) names_.push_back(o.name);
+  std::sort(names_.begin(), names_.end());
+  self_ = static_cast<size_t>(std::find(names_.begin(), names_.end(), options_.region) -
+                              names_.begin());
+  // The whole seconds of the demand window all fall after the last tick: each tick reports the
+  // traffic since the one before.
+  window_s_ = std::clamp<int64_t>(options_.rebalance_interval_ms / 1000 - 1, 1,
+                                  static_cast<int64_t>(kSeconds) - 2);
+  heard_ms_.assign(names_.size(), -1);
+  rings_.resize(names_.size());
+  for (const RegionOptions::Other& o : options_.others) {
+    if (!o.members.empty()) SetMembers(o.name, o.members);
+  }
+}
+
+RegionShares::~RegionShares() = default;
+
+RegionShares::Shard& RegionShares::ShardOf(const KeyId& id) const {
+  return shards_[(id.lo * 0x9E3779B97F4A7C15ull) >> 60];
+}
+
+int64_t RegionShares::FloorShare(int policy) const {
+  const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+  const int64_t n = static_cast<int64_t>(names_.size());
+  const int64_t floor = std::max<int64_t>(
+      1, static_cast<int64_t>(std::llround(options_.floor * static_cast<double>(p.rate.limit()))));
+  return std::max(ShareQuantum(p.algorithm, p.rate), std::min(floor, p.rate.limit() / n));
+}
+
+RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, int64_t now,
+                                         bool create) {
+  const auto it = s.records.find(id);
+  if (it != s.records.end()) return &it->second;
+  if (!create || counters_.keys.load(std::memory_order_relaxed) >= options_.max_keys) {
+    return nullptr;
+  }
+  Record& r = s.records[id];
+  const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+  r.policy = policy;
+  r.share = FloorShare(policy);
+  r.rate = *ShareRate(p.algorithm, p.rate, r.share);
+  r.state_rate = p.rate;  // a key this node had before it tracked it: the whole limit's
+  r.reports.resize(names_.size());
+  r.last_use_ms = now;
+  r.newest_second = now / 1000;
+  counters_.keys.fetch_add(1, std::memory_order_relaxed);
+  return &r;
+}
+
+Rate RegionShares::Use(int policy, const KeyId& id, int64_t units, int64_t now) {
+  Shard& s = ShardOf(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  Record* r = Find(s, policy, id, now, /*create=*/true);
+  if (r == nullptr) {
+    counters_.keys_untracked.fetch_add(1, std::memory_order_relaxed);
+    const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+    return *ShareRate(p.algorithm, p.rate, FloorShare(policy));
+  }
+  r->last_use_ms = std::max(r->last_use_ms, now);
+  if (units > 0) {
+    const int64_t second = now / 1000;
+    if (second > r->newest_second) {
+      for (int64_t x = r->newest_second + 1;
+           x <= second && x <= r->newest_second + static_cast<int64_t>(kSeconds); ++x) {
+        r->seconds[static_cast<size_t>(x) % kSeconds] = 0;
+      }
+      r->newest_second = second;
+    }
+    if (second > r->newest_second - static_cast<int64_t>(kSeconds)) {
+      r->seconds[static_cast<size_t>(second) % kSeconds] += units;
+    }
+  }
+  return r->rate;
+}
+
+bool RegionShares::Reconcile(const KeyId& id, const Rate& rate, KeyLimiter& state, int64_t now) {
+  Shard& s = ShardOf(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto it = s.records.find(id);
+  if (it == s.records.end() || it->second.state_rate == rate) return false;
+  state = Reshaped(state, it->second.state_rate, rate, now);
+  it->second.state_rate = rate;
+  return true;
+}
+
+int64_t RegionShares::DemandOf(const Record& r, int64_t now) const {
+  // The last window_s_ whole seconds, scaled to units per window.
+  const int64_t second = now / 1000;
+  int64_t units = 0;
+  for (int64_t x = second - window_s_; x < second; ++x) {
+    if (x <= r.newest_second && x > r.newest_second - static_cast<int64_t>(kSeconds)) {
+      units += r.seconds[static_cast<size_t>(x) % kSeconds];
+    }
+  }
+  const int64_t w = policies_.policies()[static_cast<size_t>(r.policy)].rate.window_ms();
+  const __int128 scaled = static_cast<__int128>(units) * w;
+  const int64_t span = window_s_ * 1000;
+  return static_cast<int64_t>(std::min<__int128>((scaled + span - 1) / span, INT64_MAX / 4));
+}
+
+void RegionShares::Rebalance(int64_t now) {
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t interval = options_.rebalance_interval_ms;
+  // Reports come once an interval, on the same ticks everywhere: one no older than 1.5
+  // intervals is this tick's. A region never heard from makes every share its floor; one not
+  // heard from at the last tick makes every share stay where it is or fall.
+  const int64_t fresh = interval + interval / 2;
+  bool never = false, frozen = false;
+  std::vector<bool> up(names_.size(), true);
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (i == self_) continue;
+      never |= heard_ms_[i] < 0;
+      up[i] = heard_ms_[i] >= 0 && now - heard_ms_[i] <= fresh;
+      frozen |= !up[i];
+    }
+  }
+  std::vector<int64_t> demands(names_.size());
+  int64_t keys = 0;
+  for (size_t sh = 0; sh < kShards; ++sh) {
+    Shard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto it = s.records.begin(); it != s.records.end();) {
+      Record& r = it->second;
+      const Policy& p = policies_.policies()[static_cast<size_t>(r.policy)];
+      const int64_t demand = DemandOf(r, now);
+      bool reported = false;  // another region reported this key lately
+      for (const Record::Report& rep : r.reports) {
+        reported |= rep.at_ms >= 0 && now - rep.at_ms <= 3 * interval;
+      }
+      if (demand == 0 && !reported && now - r.last_use_ms > 3 * window_s_ * 1000) {
+        it = s.records.erase(it);  // nobody uses it: back to its floor when it comes again
+        continue;
+      }
+      // The shares come from what every region reported at the last tick, this one's own
+      // demand included as it was reported (not as it is now): regions holding the same
+      // reports then compute the same shares.
+      int64_t target = FloorShare(r.policy);
+      if (!never) {
+        for (size_t i = 0; i < names_.size(); ++i) {
+          const Record::Report& rep = r.reports[i];
+          if (i == self_) {
+            demands[i] = r.sent_demand;
+          } else if (rep.at_ms >= 0 && (now - rep.at_ms <= fresh || !up[i])) {
+            demands[i] = rep.demand;  // fresh, or the last word of a region cut off
+          } else {
+            demands[i] = 0;  // up, and no traffic there for this key
+          }
+        }
+        const int64_t floor_units = std::max<int64_t>(
+            1, static_cast<int64_t>(std::llround(options_.floor * static_cast<double>(p.rate.limit()))));
+        target = AllocateShares(p.rate.limit(), demands, floor_units,
+                                ShareQuantum(p.algorithm, p.rate))[self_];
+      }
+      // Lower at once; raise one interval later, to no more than was justified then.
+      if (target < r.share) {
+        r.share = target;
+        r.raise_since_ms = -1;
+      } else if (target > r.share && !frozen && !never) {
+        if (r.raise_since_ms >= 0 && now - r.raise_since_ms >= interval - interval / 8) {
+          r.share = std::min(target, r.raise_to);
+          r.raise_since_ms = -1;
+        } else if (r.raise_since_ms >= 0) {
+          r.raise_to = std::min(r.raise_to, target);
+        } else {
+          r.raise_to = target;
+          r.raise_since_ms = now;
+        }
+      } else {
+        r.raise_since_ms = -1;
+      }
+      r.rate = *ShareRate(p.algorithm, p.rate, r.share);
+      r.sent_demand = demand;
+      ++keys;
+      ++it;
+    }
+  }
+  counters_.keys.store(keys, std::memory_order_relaxed);
+  counters_.rebalance_us.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::steady_clock::now() - started)
+                                   .count(),
+                               std::memory_order_relaxed);
+}
+
+void RegionShares::SetMembers(const std::string& region, std::vector<std::string> members) {
+  const auto it = std::find(names_.begin(), names_.end(), region);
+  if (it == names_.end() || static_cast<size_t>(it - names_.begin()) == self_) return;
+  auto ring = std::make_shared<const Ring>(std::move(members));
+  std::lock_guard<std::mutex> lock(links_mu_);
+  rings_[static_cast<size_t>(it - names_.begin())] = std::move(ring);
+}
+
+std::vector<std::string> RegionShares::MembersOf(const std::string& region) const {
+  const auto it = std::find(names_.begin(), names_.end(), region);
+  std::lock_guard<std::mutex> lock(links_mu_);
+  if (it == names_.end() || !rings_[static_cast<size_t>(it - names_.begin())]) return {};
+  return rings_[static_cast<size_t>(it - names_.begin())]->members();
+}
+
+std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
+    const std::string& self, uint64_t policy_digest, uint64_t key_seed) {
+  std::vector<std::shared_ptr<const Ring>> rings;
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    rings = rings_;
+  }
+  // Per region, per member: the keys it owns that had traffic here.
+  std::vector<std::vector<std::vector<wire::KeyDemand>>> keys(names_.size());
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (i != self_ && rings[i] && !rings[i]->empty()) keys[i].resize(rings[i]->members().size());
+  }
+  for (size_t sh = 0; sh < kShards; ++sh) {
+    Shard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& [id, r] : s.records) {
+      if (r.sent_demand == 0) continue;
+      for (size_t i = 0; i < names_.size(); ++i) {
+        if (keys[i].empty()) continue;
+        keys[i][rings[i]->OwnerOfSlot(RingSlotOf(id))].emplace_back(
+            id.lo, id.hi, r.sent_demand, r.share, static_cast<uint16_t>(r.policy));
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    for (size_t m = 0; m < keys[i].size(); ++m) {
+      const std::vector<wire::KeyDemand>& all = keys[i][m];
+      // At least one frame each, so that an idle link still says it is up.
+      for (size_t from = 0; from == 0 || from < all.size(); from += kReportKeys) {
+        const size_t n = std::min(kReportKeys, all.size() - from);
+        flatbuffers::FlatBufferBuilder fbb(256 + n * sizeof(wire::KeyDemand));
+        const auto list = fbb.CreateVectorOfStructs(all.data() + from, n);
+        const auto report =
+            wire::CreateRegionReport(fbb, fbb.CreateString(options_.region),
+                                     fbb.CreateString(self), policy_digest, key_seed, list);
+        const std::span<const uint8_t> body = FinishPeerRequest(
+            fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
+        out.emplace_back(rings[i]->members()[m], std::vector<uint8_t>(body.begin(), body.end()));
+      }
+    }
+  }
+  counters_.reports_sent.fetch_add(static_cast<int64_t>(out.size()), std::memory_order_relaxed);
+  return out;
+}
+
+Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t policy_digest,
+                                      uint64_t key_seed, int64_t now) {
+  const auto refuse = [&](std::string why) -> Result<int64_t> {
+    counters_.reports_refused.fetch_add(1, std::memory_order_relaxed);
+    return Error{std::move(why)};
+  };
+  const std::string region = report.region() ? report.region()->str() : std::string();
+  const auto it = std::find(names_.begin(), names_.end(), region);
+  if (it == names_.end() || static_cast<size_t>(it - names_.begin()) == self_) {
+    return refuse("region report from '" + region.substr(0, kMaxNameBytes) +
+                  "', which is not another region of this node's (regions: " +
+                  [&] {
+                    std::string list;
+                    for (const std::string& n : names_) list += (list.empty() ? "" : ", ") + n;
+                    return list;
+                  }() +
+                  ")");
+  }
+  if (report.policies() != policy_digest) {
+    return refuse("region report from '" + region + "' refused: its policy file differs");
+  }
+  if (report.key_seed() != key_seed) {
+    return refuse("region report from '" + region +
+                  "' refused: its key-id seed differs (regions share one cluster secret)");
+  }
+  const size_t from = static_cast<size_t>(it - names_.begin());
+  const std::string node = report.node() ? report.node()->str().substr(0, kMaxNameBytes) : "";
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    heard_ms_[from] = now;
+    if (node_heard_ms_.size() > 4 * kMaxRegions * Ring::kMaxMembers) node_heard_ms_.clear();
+    int64_t& last = node_heard_ms_[region + '/' + node];
+    if (last > 0 && now - last > options_.rebalance_interval_ms * 3 / 2) {
+      counters_.reports_late.fetch_add(1, std::memory_order_relaxed);
+    }
+    last = now;
+  }
+  counters_.reports_received.fetch_add(1, std::memory_order_relaxed);
+  int64_t taken = 0;
+  if (const auto* keys = report.keys()) {
+    const auto& policies = policies_.policies();
+    for (const wire::KeyDemand* k : *keys) {
+      const KeyId id{k->id_lo(), k->id_hi()};
+      if (k->policy() >= policies.size() || policies[k->policy()].scope != Scope::kGlobal ||
+          (id.lo | id.hi) == 0 || k->demand() < 0) {
+        continue;  // not a global key here: nothing to share
+      }
+      Shard& s = ShardOf(id);
+      std::lock_guard<std::mutex> lock(s.mu);
+      Record* r = Find(s, k->policy(), id, now, /*create=*/true);
+      if (r == nullptr) {
+        counters_.keys_untracked.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      r->reports[from] = {std::min<int64_t>(k->demand(), INT64_MAX / 4), k->share(), now};
+      ++taken;
+    }
+  }
+  return taken;
+}
+
+std::vector<RegionShares::View> RegionShares::ViewOf(int policy, const KeyId* id,
+                                                     int64_t now) const {
+  std::vector<View> views(names_.size());
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+      views[i].region = names_[i];
+      views[i].link_age_ms = i == self_ ? 0 : heard_ms_[i] < 0 ? -1 : now - heard_ms_[i];
+    }
+  }
+  if (id != nullptr) {
+    Shard& s = ShardOf(*id);
+    std::lock_guard<std::mutex> lock(s.mu);
+    const auto it = s.records.find(*id);
+    if (it != s.records.end() && it->second.policy == policy) {
+      const Record& r = it->second;
+      for (size_t i = 0; i < names_.size(); ++i) {
+        if (i == self_) {
+          views[i].share = r.share;
+          views[i].demand = DemandOf(r, now);
+          views[i].report_age_ms = 0;
+          views[i].pending_share = r.raise_since_ms >= 0 ? r.raise_to : 0;
+        } else if (r.reports[i].at_ms >= 0) {
+          views[i].share = r.reports[i].share;
+          views[i].demand = r.reports[i].demand;
+          views[i].report_age_ms = now - r.reports[i].at_ms;
+        }
+      }
+    } else {
+      views[self_].share = FloorShare(policy);  // untracked: what a first request would get
+      views[self_].demand = 0;
+    }
+  }
+  // This region first, then the others by name.
+  std::rotate(views.begin(), views.begin() + static_cast<std::ptrdiff_t>(self_),
+              views.begin() + static_cast<std::ptrdiff_t>(self_) + 1);
+  return views;
+}
+
+std::vector<RegionShares::TopShare> RegionShares::Top(size_t n) const {
+  std::vector<TopShare> all;
+  for (size_t sh = 0; sh < kShards; ++sh) {
+    Shard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& [id, r] : s.records) {
+      all.push_back({policies_.policies()[static_cast<size_t>(r.policy)].name, r.share,
+                     r.sent_demand});
+    }
+  }
+  std::sort(all.begin(), all.end(),
+            [](const TopShare& a, const TopShare& b) { return a.demand > b.demand; });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
+}  // namespace limiter

@@ -1,0 +1,235 @@
+// Regions on real Nodes in one process (server/region_shares.h): three regions of one node
+// each, on manual clocks, their demand reports carried between them by the test at every
+// rebalance tick. The worked example's shares, a demand that moves, the overshoot across
+// regions, a region cut off, a region never heard from, and reports that are refused.
+// REGIONS_DEBUG=1 prints every region's share, pending raise and demand second by second.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "common/key_id.h"
+#include "common/protocol.h"
+#include "common/policy_file.h"
+#include "common/wire.h"
+#include "server/node.h"
+
+namespace limiter {
+namespace {
+
+// L = 120 per second; the burst is kept small so that the admissions follow the shares.
+const char* kPolicies = R"(
+policies:
+  - {name: partner, algorithm: gcra, limit: 120, window: 1s, burst: 12, class: contract,
+     scope: global}
+  - {name: local, algorithm: token_bucket, limit: 5, window: 1s, class: contract}
+)";
+
+class Regions : public ::testing::Test {
+ protected:
+  Regions() {
+    Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+    for (const std::string& name : {"ap", "eu", "us"}) Add(name);
+  }
+
+  struct Region {
+    std::unique_ptr<ManualClock> clock;
+    std::unique_ptr<Node> node;
+    Node::Worker* worker = nullptr;
+  };
+
+  static std::string Address(const std::string& region) { return region + "-node:1"; }
+
+  void Add(const std::string& name) {
+    Region& r = regions_[name];
+    r.clock = std::make_unique<ManualClock>(1'000'000 + 7'777 * static_cast<int64_t>(regions_.size()));
+    NodeOptions o;
+    o.name = name;
+    o.regions.region = name;
+    o.regions.rebalance_interval_ms = 2000;
+    for (const std::string& other : {"ap", "eu", "us"}) {
+      if (other != name) o.regions.others.push_back({other, {Address(other)}, ""});
+    }
+    EXPECT_FALSE(RegionShares::Check(policies_, o.regions).has_value());
+    r.node = std::make_unique<Node>(policies_, *r.clock, o);
+    r.worker = &r.node->AddWorker();
+  }
+  Node& node(const std::string& name) { return *regions_.at(name).node; }
+
+  const wire::Reply& Send(const std::string& to, std::span<const uint8_t> body) {
+    Region& r = regions_.at(to);
+    out_.clear();
+    r.node->HandleFrame(*r.worker, body, out_);
+    const FrameResult f = DecodeFrame(out_, 64u << 20);
+    EXPECT_EQ(f.status, FrameStatus::kFrame);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    EXPECT_NE(reply, nullptr);
+    return *reply;
+  }
+  // n checks of `key` in `region`: how many were admitted.
+  int Admitted(const std::string& region, const std::string& key, int n) {
+    int admitted = 0;
+    RequestBuilder b;
+    for (int i = 0; i < n; ++i) {
+      b.Check(1, "partner", key);
+      const wire::Reply& r = Send(region, b.Finish());
+      b.Clear();
+      EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::Ok) << r.ops()->Get(0)->error()->str();
+      admitted += r.ops()->Get(0)->allowed();
+    }
+    return admitted;
+  }
+  // One rebalance tick: every region recomputes, then its reports reach the regions in
+  // `reachable` (all when empty) and the others are dropped (a cut link).
+  void Tick(const std::set<std::string>& cut = {}) {
+    for (auto& [name, r] : regions_) r.node->regions()->Rebalance(r.clock->NowMs());
+    for (auto& [name, r] : regions_) {
+      auto reports = r.node->regions()->Reports(Address(name), r.node->policy_digest(),
+                                                KeyIdSeedDigest());
+      for (const auto& [to, body] : reports) {
+        const std::string region = to.substr(0, to.find('-'));
+        if (cut.count(name) || cut.count(region)) continue;
+        const wire::Reply& reply = Send(region, body);
+        EXPECT_EQ(reply.ops()->Get(0)->status(), wire::Status::Ok)
+            << reply.ops()->Get(0)->error()->str();
+      }
+    }
+  }
+  void Advance(int64_t ms) {
+    for (auto& [name, r] : regions_) r.clock->Advance(ms);
+  }
+  // This region's share of `key` and its demand as it sees them.
+  int64_t Share(const std::string& region, const std::string& key) {
+    return View(region, key).front().share;
+  }
+  std::vector<RegionShares::View> View(const std::string& region, const std::string& key) {
+    const Policy& p = *policies_.Find("partner");
+    const KeyId id = protocol::LimitId(p, key, {});
+    return node(region).regions()->ViewOf(0, &id, regions_.at(region).clock->NowMs());
+  }
+
+  // Drives demand of `per_second` requests/s in each region for `seconds`, 10 steps a second,
+  // ticking every 2 s (on the same boundaries in every region, as the wall clock aligns them).
+  // Returns the admissions per second summed over the regions, second by second.
+  std::vector<int> Drive(const std::map<std::string, int>& per_second, int seconds,
+                         const std::string& key, const std::set<std::string>& cut = {}) {
+    std::vector<int> fleet;
+    for (int s = 0; s < seconds; ++s) {
+      int admitted = 0;
+      for (int step = 0; step < 10; ++step) {
+        for (const auto& [region, rate] : per_second) admitted += Admitted(region, key, rate / 10);
+        Advance(100);
+        ++steps_;
+        if (steps_ % 20 == 0) Tick(cut);
+      }
+      fleet.push_back(admitted);
+      if (getenv("REGIONS_DEBUG")) {
+        std::printf("t=%d:", s);
+        for (const char* r : {"ap", "eu", "us"}) {
+          const auto v = View(r, key);
+          std::printf(" %s share %lld pending %lld demand %lld;", r, (long long)v[0].share,
+                      (long long)v[0].pending_share, (long long)v[0].demand);
+        }
+        std::printf(" fleet %d\n", admitted);
+      }
+    }
+    std::printf("fleet admissions per second:");
+    for (int a : fleet) std::printf(" %d", a);
+    std::printf("\n");
+    return fleet;
+  }
+
+  PolicySet policies_;
+  std::map<std::string, Region> regions_;
+  std::vector<uint8_t> out_;
+  std::vector<uint64_t> aligned_;
+  int64_t steps_ = 0;
+};
+
+TEST_F(Regions, TheSharesFollowDemandAndTheFleetStaysWithinTheLimit) {
+  // The worked example: 1000, 50 and 10 per second at L = 120 give 60, 50 and 10.
+  const std::vector<int> fleet = Drive({{"us", 1000}, {"eu", 50}, {"ap", 10}}, 14, "acme");
+  EXPECT_EQ(Share("us", "acme"), 60);
+  EXPECT_EQ(Share("eu", "acme"), 50);
+  EXPECT_EQ(Share("ap", "acme"), 10);
+  // Every region sees the same shares in the others' reports.
+  const std::vector<RegionShares::View> seen = View("ap", "acme");
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].region, "ap");
+  EXPECT_EQ(seen[1].region, "eu");
+  EXPECT_EQ(seen[1].share, 50);
+  EXPECT_EQ(seen[2].share, 60);
+  EXPECT_GE(seen[2].demand, 900);
+  // Across regions, no second admits more than L plus the bursts the regions started with
+  // (their floors' bursts: before any exchange each region admits on its floor).
+  for (size_t s = 0; s < fleet.size(); ++s) EXPECT_LE(fleet[s], 120 + 12) << "second " << s;
+  // Once the shares settled, the fleet admits what they allow: 60 + 50 + 10.
+  EXPECT_GE(fleet.back(), 110);
+
+  // The demand moves: eu now wants 1000, us 50. Shares converge within 3 intervals (6 s)
+  // after the demand windows see it, and the fleet never passes the limit meanwhile.
+  const std::vector<int> moved = Drive({{"us", 50}, {"eu", 1000}, {"ap", 10}}, 10, "acme");
+  for (size_t s = 0; s < moved.size(); ++s) EXPECT_LE(moved[s], 120 + 12) << "second " << s;
+  EXPECT_EQ(Share("eu", "acme"), 60);
+  EXPECT_EQ(Share("us", "acme"), 50);
+  EXPECT_EQ(Share("ap", "acme"), 10);
+}
+
+TEST_F(Regions, ARegionCutOffKeepsItsLastShareNeverMore) {
+  Drive({{"us", 1000}, {"eu", 50}, {"ap", 10}}, 12, "acme");
+  ASSERT_EQ(Share("ap", "acme"), 10);
+  // ap is cut off, and its demand jumps: it must not raise its share; nor may the others
+  // take more than their last shares while they cannot hear it.
+  const std::vector<int> cut =
+      Drive({{"us", 1000}, {"eu", 50}, {"ap", 1000}}, 30, "acme", {"ap"});
+  EXPECT_EQ(Share("ap", "acme"), 10);
+  EXPECT_LE(Share("us", "acme"), 60);
+  for (size_t s = 0; s < cut.size(); ++s) EXPECT_LE(cut[s], 120 + 12) << "second " << s;
+  // Back: the shares rebalance over the three demands, and the fleet stays within L.
+  const std::vector<int> back = Drive({{"us", 1000}, {"eu", 50}, {"ap", 1000}}, 12, "acme");
+  for (size_t s = 0; s < back.size(); ++s) EXPECT_LE(back[s], 120 + 12) << "second " << s;
+  // All three want more than an equal split now: 40 each.
+  EXPECT_EQ(Share("eu", "acme"), 40);
+  EXPECT_EQ(Share("us", "acme"), 40);
+  EXPECT_EQ(Share("ap", "acme"), 40);
+}
+
+TEST_F(Regions, BeforeHearingFromEveryRegionAKeyGetsItsFloor) {
+  // Nothing exchanged yet: the floor, 5% of 120 = 6, raised to the smallest share a GCRA with
+  // B = 12 can hold (L / B = 10), whose burst is 1.
+  EXPECT_EQ(Share("us", "new"), 10);
+  EXPECT_EQ(Admitted("us", "new", 50), 1);
+  Tick();  // still nothing heard before this tick's reports
+  Advance(2000);
+  EXPECT_EQ(Admitted("us", "new", 50), 1);  // still the floor's burst
+}
+
+TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) {
+  const auto report = [&](const std::string& region, uint64_t digest) {
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto r = wire::CreateRegionReport(fbb, fbb.CreateString(region),
+                                            fbb.CreateString("x:1"), digest, KeyIdSeedDigest());
+    const wire::Reply& reply = Send("us", FinishPeerRequest(fbb, wire::OpType::Regions,
+                                                            wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+    const wire::OpReply* op = reply.ops()->Get(0);
+    return op->error() ? op->error()->str() : std::string();
+  };
+  EXPECT_NE(report("mars", node("us").policy_digest()).find("not another region"),
+            std::string::npos);
+  EXPECT_NE(report("us", node("us").policy_digest()).find("not another region"),
+            std::string::npos);
+  EXPECT_NE(report("eu", 12345).find("policy file differs"), std::string::npos);
+  EXPECT_EQ(report("eu", node("us").policy_digest()), "");
+  EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 3);
+}
+
+}  // namespace
+}  // namespace limiter
