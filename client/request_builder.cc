@@ -122,6 +122,12 @@ void RequestBuilder::HotKeys(uint64_t id) {
   impl_->Add(id, wire::OpType::HotKeys, 0, {}, 1, {}, false, 0);
 }
 
+void RequestBuilder::Regions(uint64_t id, std::string_view policy, std::string_view key,
+                             std::string_view tenant) {
+  impl_->Add(id, wire::OpType::Regions, policy.empty() ? 0 : impl_->One(policy, key), tenant, 1,
+             {}, false, 0);
+}
+
 void RequestBuilder::Members(uint64_t id) {
   impl_->Add(id, wire::OpType::Members, 0, {}, 1, {}, false, 0);
 }

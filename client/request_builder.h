@@ -38,6 +38,10 @@ class RequestBuilder {
   void HotKeys(uint64_t id);
   // MEMBERS with no list: asks the node for its member list and generation.
   void Members(uint64_t id);
+  // REGIONS: what the node knows of the regions' shares of one global key (its owner
+  // answers), or, with no policy, of its links to the other regions.
+  void Regions(uint64_t id, std::string_view policy = {}, std::string_view key = {},
+               std::string_view tenant = {});
   // Makes the next op (Check, Lease, Return, Inspect) one on sub-bucket `index` of a key split
   // `k` ways in split `epoch`.
   void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,

@@ -67,6 +67,7 @@ struct ReplyFields {
     int64_t report_age_ms = -1;
     int64_t link_age_ms = -1;
     int64_t pending_share = 0;
+    bool link_up = false;
   };
   const std::vector<Region>* regions = nullptr;
 };
@@ -142,7 +143,7 @@ inline flatbuffers::Offset<wire::OpReply> EncodeOpReply(flatbuffers::FlatBufferB
     for (const ReplyFields::Region& r : *f.regions) {
       list.push_back(wire::CreateRegionState(fbb, reply_encoding::Str(fbb, r.region), r.share,
                                              r.demand, r.report_age_ms, r.link_age_ms,
-                                             r.pending_share));
+                                             r.pending_share, r.link_up));
     }
     regions = fbb.CreateVector(list);
   }

@@ -260,7 +260,8 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpRes
     w.regions.clear();
     for (const RegionShares::View& v : w.region_views) {
       w.regions.push_back(
-          {v.region, v.share, v.demand, v.report_age_ms, v.link_age_ms, v.pending_share});
+          {v.region, v.share, v.demand, v.report_age_ms, v.link_age_ms, v.pending_share,
+           v.link_up});
     }
     f.regions = &w.regions;
   }

@@ -399,6 +399,8 @@ std::vector<RegionShares::View> RegionShares::ViewOf(int policy, const KeyId* id
     for (size_t i = 0; i < names_.size(); ++i) {
       views[i].region = names_[i];
       views[i].link_age_ms = i == self_ ? 0 : heard_ms_[i] < 0 ? -1 : now - heard_ms_[i];
+      views[i].link_up = i == self_ || (heard_ms_[i] >= 0 &&
+                                        now - heard_ms_[i] <= options_.rebalance_interval_ms * 3 / 2);
     }
   }
   if (id != nullptr) {

@@ -104,6 +104,7 @@ class RegionShares {
     int64_t report_age_ms = -1;
     int64_t link_age_ms = -1;
     int64_t pending_share = 0;
+    bool link_up = false;  // heard from at the last tick (within 1.5 intervals)
   };
   // For one key (`id` null: the links alone).
   std::vector<View> ViewOf(int policy, const KeyId* id, int64_t now_ms) const;

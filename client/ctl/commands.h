@@ -86,4 +86,12 @@ struct RingArgs {
 };
 int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err);
 
+struct RegionsArgs {
+  std::string cluster;         // this region's nodes
+  std::string policy, key, tenant;  // one global key; none: every node's links
+  bool json = false;
+  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
+};
+int RunRegions(const RegionsArgs& args, std::ostream& out, std::ostream& err);
+
 }  // namespace limiter::ctl

@@ -104,6 +104,16 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   ring_cmd->add_option("--cluster", ring.cluster, "HOST:PORT,HOST:PORT,...")->required();
   ring_cmd->add_flag("--json", ring.json, "JSON output");
 
+  RegionsArgs regions;
+  CLI::App* regions_cmd = app.add_subcommand(
+      "regions", "Each region's share of a global key, its demand, and the links between regions");
+  regions_cmd->add_option("--cluster", regions.cluster, "HOST:PORT,...: this region's nodes")
+      ->required();
+  auto* regions_policy = regions_cmd->add_option("--policy", regions.policy, "A global policy");
+  regions_cmd->add_option("--key", regions.key, "Its key (with --policy)")->needs(regions_policy);
+  regions_cmd->add_option("--tenant", regions.tenant, "The key's tenant, if it nests under one");
+  regions_cmd->add_flag("--json", regions.json, "JSON output (README: \"Regions\")");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -114,7 +124,8 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     err << "limiterctl: " << access.error() << '\n';
     return 2;
   }
-  check.access = inspect.access = stats.access = hot.access = ring.access = *access;
+  check.access = inspect.access = stats.access = hot.access = ring.access = regions.access =
+      *access;
   check.secret_file = secret_file;
   check.tls = tls;
   if (replay_cmd->parsed()) return RunReplay(replay, out, err);
@@ -140,6 +151,7 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     return RunHotKeys(hot, out, err);
   }
   if (ring_cmd->parsed()) return RunRing(ring, out, err);
+  if (regions_cmd->parsed()) return RunRegions(regions, out, err);
   return 2;
 }
 

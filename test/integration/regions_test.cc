@@ -1,0 +1,279 @@
+// Regions on loopback: 3 regions of one real limiterd each, their reports to each other
+// through delay proxies (30 ms each way, in this test), gateways through the client library
+// driving 1000, 50 and 10 requests/s at one key of a 120/s global limit. The shares reach 60,
+// 50 and 10, `limiterctl regions` shows them, and across the three regions the admissions
+// stay within B + L*t/W (the fleet-wide promise, README "Regions"). Figures are printed,
+// timings never asserted.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/ctl/commands.h"
+#include "common/promise_check.h"
+#include "limiter/client/client.h"
+#include "test/integration/node_process.h"
+
+namespace limiter {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunningNode;
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A TCP proxy on loopback that delays every chunk by `delay` in each direction: the
+// inter-region link.
+class DelayProxy {
+ public:
+  DelayProxy(int upstream_port, std::chrono::milliseconds delay)
+      : upstream_port_(upstream_port), delay_(delay) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(listen_fd_, 16), 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~DelayProxy() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    ::close(listen_fd_);
+    acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (std::thread& t : pumps_) t.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      const int client = ::accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) return;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(upstream_port_));
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      fds_.push_back(client);
+      fds_.push_back(server);
+      pumps_.emplace_back([this, client, server] { Pump(client, server); });
+      pumps_.emplace_back([this, client, server] { Pump(server, client); });
+    }
+  }
+  // Each chunk is written `delay_` after it was read.
+  void Pump(int from, int to) {
+    char buf[64 * 1024];
+    while (!stop_) {
+      const ssize_t n = ::read(from, buf, sizeof(buf));
+      if (n <= 0) break;
+      std::this_thread::sleep_until(std::chrono::steady_clock::now() + delay_);
+      for (ssize_t sent = 0; sent < n;) {
+        const ssize_t w = ::write(to, buf + sent, static_cast<size_t>(n - sent));
+        if (w <= 0) return;
+        sent += w;
+      }
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+
+  const int upstream_port_;
+  const std::chrono::milliseconds delay_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> pumps_;
+};
+
+constexpr int64_t kLimit = 120;  // per second
+constexpr int64_t kBurst = 12;
+const char* kPolicies = R"(
+policies:
+  - {name: partner, algorithm: gcra, limit: 120, window: 1s, burst: 12, class: contract,
+     mode: strict, scope: global}
+)";
+
+struct Region {
+  std::string name;
+  int port = 0;
+  int per_second = 0;  // the demand its gateway drives
+  std::unique_ptr<DelayProxy> proxy;  // how the other regions reach it
+  RunningNode node;
+  std::unique_ptr<client::Client> client;
+  std::vector<Admission> admitted;
+  int64_t requests = 0;
+  int64_t fallbacks = 0;  // decided by the gateway alone: must stay 0 here
+};
+
+class RegionsLoopback : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    policies_ = testing::WriteTempFile("regions_policies.yaml", kPolicies);
+    for (auto [name, rate] : {std::pair{"us", 1000}, {"eu", 50}, {"ap", 10}}) {
+      Region r;
+      r.name = name;
+      r.per_second = rate;
+      r.port = testing::PickFreePort();
+      r.proxy = std::make_unique<DelayProxy>(r.port, 30ms);
+      regions_.push_back(std::move(r));
+    }
+    for (Region& r : regions_) {
+      std::ostringstream config;
+      config << "listen: 127.0.0.1:" << r.port << "\nadmin: 127.0.0.1:0\npolicies: " << policies_
+             << "\nthreads: 1\nregion: " << r.name << "\nrebalance_interval: 1s\nregions:\n";
+      for (const Region& other : regions_) {
+        if (other.name == r.name) continue;
+        config << "  - {name: " << other.name << ", members: [" << other.proxy->address()
+               << "]}\n";
+      }
+      const std::string path = testing::WriteTempFile("regions_" + r.name + ".yaml", config.str());
+      configs_.push_back(path);
+      r.node = testing::Launch({"--config", path});
+      ASSERT_FALSE(r.node.listen.empty()) << r.name << " did not start";
+      client::Options o;
+      o.members = {r.node.listen};
+      o.policy_file = policies_;
+      o.deadline = 200ms;
+      std::string error;
+      r.client = client::Client::Create(o, &error);
+      ASSERT_NE(r.client, nullptr) << error;
+    }
+  }
+  void TearDown() override {
+    for (Region& r : regions_) r.client.reset();
+    for (Region& r : regions_) r.node = RunningNode{};
+    for (Region& r : regions_) r.proxy.reset();
+    for (const std::string& c : configs_) std::remove(c.c_str());
+    std::remove(policies_.c_str());
+  }
+
+  // Each region's gateway at its rate, one request at a time, for `seconds`.
+  void Drive(double seconds) {
+    std::vector<std::thread> threads;
+    const int64_t until = NowUs() + static_cast<int64_t>(seconds * 1e6);
+    for (Region& r : regions_) {
+      threads.emplace_back([&r, until] {
+        const auto step = std::chrono::microseconds(1'000'000 / r.per_second);
+        auto next = std::chrono::steady_clock::now();
+        while (NowUs() < until) {
+          std::this_thread::sleep_until(next);
+          next += step;
+          if (const auto now = std::chrono::steady_clock::now(); now > next + 50ms) next = now;
+          const int64_t start = NowUs();
+          const client::Decision d = r.client->Decide({"partner", "acme"});
+          const int64_t end = NowUs();
+          ++r.requests;
+          if (d.allowed) r.admitted.push_back({start, end, 1});
+          if (d.source == client::Source::kFallback) ++r.fallbacks;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  // limiterctl regions --json for the key, asked in `region`.
+  nlohmann::json Shares(const Region& region) {
+    ctl::RegionsArgs args;
+    args.cluster = region.node.listen;
+    args.policy = "partner";
+    args.key = "acme";
+    args.json = true;
+    std::ostringstream out, err;
+    EXPECT_EQ(ctl::RunRegions(args, out, err), 0) << err.str();
+    return nlohmann::json::parse(out.str(), nullptr, false);
+  }
+
+  std::string policies_;
+  std::vector<std::string> configs_;
+  std::vector<Region> regions_;
+};
+
+TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinTheLimit) {
+  const int64_t t0 = NowUs();
+  Drive(9.0);
+  // The shares, as the us node sees every region's.
+  const nlohmann::json view = Shares(regions_[0]);
+  ASSERT_TRUE(view.is_object()) << view.dump();
+  std::map<std::string, int64_t> share;
+  for (const auto& r : view["regions"]) {
+    share[r["region"].get<std::string>()] = r["share"].get<int64_t>();
+    EXPECT_TRUE(r["link_up"].get<bool>()) << r.dump();
+  }
+  std::printf("shares after %.1f s: us %lld, eu %lld, ap %lld (limit %lld)\n",
+              static_cast<double>(NowUs() - t0) / 1e6, static_cast<long long>(share["us"]),
+              static_cast<long long>(share["eu"]), static_cast<long long>(share["ap"]),
+              static_cast<long long>(kLimit));
+  EXPECT_EQ(share["us"], 60);
+  EXPECT_EQ(share["eu"], 50);
+  EXPECT_EQ(share["ap"], 10);
+  // Every region holds the same picture of the others.
+  const nlohmann::json from_ap = Shares(regions_[2]);
+  for (const auto& r : from_ap["regions"]) {
+    EXPECT_EQ(r["share"].get<int64_t>(), share[r["region"].get<std::string>()]) << r.dump();
+  }
+  // Across the regions: every interval's admissions within B + L*t/W.
+  std::vector<Admission> all;
+  for (const Region& r : regions_) all.insert(all.end(), r.admitted.begin(), r.admitted.end());
+  std::sort(all.begin(), all.end(),
+            [](const Admission& a, const Admission& b) { return a.end_us < b.end_us; });
+  const PromiseBound bound{kLimit, 1'000'000, kBurst, 1000};
+  const WorstWindow worst = FindWorstWindow(all, bound);
+  EXPECT_FALSE(worst.over) << "across regions: " << worst.admitted << " admitted in "
+                           << static_cast<double>(worst.interval_us) / 1e6
+                           << " s, over B + L*t/W = " << worst.allowed;
+  for (const Region& r : regions_) {
+    std::printf("  %s: %lld requests, %zu admitted\n", r.name.c_str(),
+                static_cast<long long>(r.requests), r.admitted.size());
+    EXPECT_EQ(r.fallbacks, 0) << r.name << ": its node missed the deadline";
+  }
+  // The interval closest to its bound, and the admissions of the last 3 s (shares settled).
+  int64_t settled = 0;
+  for (const Admission& a : all) settled += a.end_us >= all.back().end_us - 3'000'000;
+  std::printf("across regions: the interval closest to B + L*t/W: %lld admitted in %.2f s of "
+              "%.1f allowed (%+.1f); the last 3 s: %lld admitted (L = %lld/s); %zu in all over "
+              "%.1f s\n",
+              static_cast<long long>(worst.admitted), static_cast<double>(worst.interval_us) / 1e6,
+              worst.allowed, static_cast<double>(worst.admitted) - worst.allowed,
+              static_cast<long long>(settled), static_cast<long long>(kLimit), all.size(),
+              static_cast<double>(NowUs() - t0) / 1e6);
+}
+
+}  // namespace
+}  // namespace limiter
