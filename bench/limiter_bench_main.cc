@@ -8,6 +8,7 @@
 #include "bench/cluster_bench.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
+#include "bench/regions_bench.h"
 #include "client/node_access.h"
 #include "common/membership.h"
 
@@ -152,6 +153,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cluster->add_option("--seed", c.seed, "Seed of the arrivals")->capture_default_str();
 
+  limiter::bench::RegionsBenchOptions g;
+  CLI::App* regions = app.add_subcommand(
+      "regions", "Regions sharing one global limit through delay proxies; demand that moves");
+  regions->add_option("--regions", g.regions, "Regions, one local node each")
+      ->capture_default_str()->check(CLI::Range(2, 8));
+  regions->add_option("--delay-ms", g.delay_ms, "Between any two regions, each way")
+      ->capture_default_str()->check(CLI::Range(0, 2000));
+  regions->add_option("--limit", g.limit, "The global limit, per second")->capture_default_str();
+  regions->add_option("--burst", g.burst, "Its burst")->capture_default_str();
+  regions->add_option("--hot", g.hot, "Requests/s of the hot region")->capture_default_str();
+  regions->add_option("--warm", g.warm, "Of the next one")->capture_default_str();
+  regions->add_option("--cold", g.cold, "Of the others")->capture_default_str();
+  regions->add_option("--phase", g.phase_s, "Seconds before the hot region moves on")
+      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
+  regions->add_option("--phases", g.phases, "Phases")->capture_default_str()->check(CLI::Range(1, 100));
+  regions->add_option("--interval-ms", g.interval_ms, "The nodes' rebalance_interval")
+      ->capture_default_str()->check(CLI::Range(100, 60000));
+  regions->add_option("--limiterd", g.limiterd, "limiterd binary (default: next to this one)");
+  regions->add_option("--json", g.json_file, "Also write the report as JSON to this file");
+
   std::string secret_file;
   app.add_option("--secret-file", secret_file,
                  "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET); "
@@ -174,7 +195,8 @@ int main(int argc, char** argv) {
     std::cerr << "limiter-bench: " << access.error() << '\n';
     return 2;
   }
-  o.access = h.access = c.access = *access;
+  o.access = h.access = c.access = g.access = *access;
+  if (regions->parsed()) return limiter::bench::RunRegionsBench(g, std::cout, std::cerr);
   if (cluster->parsed()) {
     if (!cluster_list.empty()) {
       limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(cluster_list);

@@ -13,7 +13,8 @@ namespace limiter {
 namespace {
 
 constexpr size_t kShards = 16;
-constexpr size_t kSeconds = 16;        // demand kept per second, this many seconds back
+constexpr size_t kBuckets = 64;        // demand kept per 100 ms, this many back (6.4 s)
+constexpr int64_t kBucketMs = 100;
 constexpr size_t kReportKeys = 4096;   // keys per report frame
 
 }  // namespace
@@ -25,8 +26,8 @@ struct RegionShares::Record {
   Rate state_rate;  // the Rate the key's state was last decided under (Reconcile)
   int64_t raise_to = 0;
   int64_t raise_since_ms = -1;  // -1: no raise waiting
-  std::array<int64_t, kSeconds> seconds{};  // units wanted per second, by second % kSeconds
-  int64_t newest_second = 0;
+  std::array<int64_t, kBuckets> buckets{};  // units wanted per 100 ms, by (ms / 100) % kBuckets
+  int64_t newest = 0;                       // the newest bucket's number (ms / 100)
   int64_t last_use_ms = 0;
   int64_t sent_demand = 0;  // this region's demand as last reported (used in the allocation)
   struct Report {
@@ -90,8 +91,8 @@ RegionShares::RegionShares(const PolicySet& policies, RegionOptions options)
                               names_.begin());
   // The whole seconds of the demand window all fall after the last tick: each tick reports the
   // traffic since the one before.
-  window_s_ = std::clamp<int64_t>(options_.rebalance_interval_ms / 1000 - 1, 1,
-                                  static_cast<int64_t>(kSeconds) - 2);
+  window_buckets_ = std::clamp<int64_t>(options_.rebalance_interval_ms / kBucketMs - 1, 4,
+                                        static_cast<int64_t>(kBuckets) - 2);
   heard_ms_.assign(names_.size(), -1);
   rings_.resize(names_.size());
   for (const RegionOptions::Other& o : options_.others) {
@@ -128,7 +129,7 @@ RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, 
   r.state_rate = p.rate;  // a key this node had before it tracked it: the whole limit's
   r.reports.resize(names_.size());
   r.last_use_ms = now;
-  r.newest_second = now / 1000;
+  r.newest = now / kBucketMs;
   counters_.keys.fetch_add(1, std::memory_order_relaxed);
   return &r;
 }
@@ -144,16 +145,16 @@ Rate RegionShares::Use(int policy, const KeyId& id, int64_t units, int64_t now) 
   }
   r->last_use_ms = std::max(r->last_use_ms, now);
   if (units > 0) {
-    const int64_t second = now / 1000;
-    if (second > r->newest_second) {
-      for (int64_t x = r->newest_second + 1;
-           x <= second && x <= r->newest_second + static_cast<int64_t>(kSeconds); ++x) {
-        r->seconds[static_cast<size_t>(x) % kSeconds] = 0;
+    const int64_t bucket = now / kBucketMs;
+    if (bucket > r->newest) {
+      for (int64_t x = r->newest + 1;
+           x <= bucket && x <= r->newest + static_cast<int64_t>(kBuckets); ++x) {
+        r->buckets[static_cast<size_t>(x) % kBuckets] = 0;
       }
-      r->newest_second = second;
+      r->newest = bucket;
     }
-    if (second > r->newest_second - static_cast<int64_t>(kSeconds)) {
-      r->seconds[static_cast<size_t>(second) % kSeconds] += units;
+    if (bucket > r->newest - static_cast<int64_t>(kBuckets)) {
+      r->buckets[static_cast<size_t>(bucket) % kBuckets] += units;
     }
   }
   return r->rate;
@@ -170,27 +171,49 @@ bool RegionShares::Reconcile(const KeyId& id, const Rate& rate, KeyLimiter& stat
 }
 
 int64_t RegionShares::DemandOf(const Record& r, int64_t now) const {
-  // The last window_s_ whole seconds, scaled to units per window.
-  const int64_t second = now / 1000;
+  // The last window_buckets_ whole buckets, scaled to units per window.
+  const int64_t bucket = now / kBucketMs;
   int64_t units = 0;
-  for (int64_t x = second - window_s_; x < second; ++x) {
-    if (x <= r.newest_second && x > r.newest_second - static_cast<int64_t>(kSeconds)) {
-      units += r.seconds[static_cast<size_t>(x) % kSeconds];
+  for (int64_t x = bucket - window_buckets_; x < bucket; ++x) {
+    if (x <= r.newest && x > r.newest - static_cast<int64_t>(kBuckets)) {
+      units += r.buckets[static_cast<size_t>(x) % kBuckets];
     }
   }
   const int64_t w = policies_.policies()[static_cast<size_t>(r.policy)].rate.window_ms();
   const __int128 scaled = static_cast<__int128>(units) * w;
-  const int64_t span = window_s_ * 1000;
+  const int64_t span = window_buckets_ * kBucketMs;
   return static_cast<int64_t>(std::min<__int128>((scaled + span - 1) / span, INT64_MAX / 4));
+}
+
+void RegionShares::Measure(int64_t now) {
+  const int64_t interval = options_.rebalance_interval_ms;
+  for (size_t sh = 0; sh < kShards; ++sh) {
+    Shard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto it = s.records.begin(); it != s.records.end();) {
+      Record& r = it->second;
+      r.sent_demand = DemandOf(r, now);
+      bool reported = false;  // another region reported this key lately
+      for (const Record::Report& rep : r.reports) {
+        reported |= rep.at_ms >= 0 && now - rep.at_ms <= 3 * interval;
+      }
+      if (r.sent_demand == 0 && !reported && now - r.last_use_ms > 3 * interval) {
+        it = s.records.erase(it);  // nobody uses it: back to its floor when it comes again
+        continue;
+      }
+      ++it;
+    }
+  }
 }
 
 void RegionShares::Rebalance(int64_t now) {
   const auto started = std::chrono::steady_clock::now();
   const int64_t interval = options_.rebalance_interval_ms;
-  // Reports come once an interval, on the same ticks everywhere: one no older than 1.5
-  // intervals is this tick's. A region never heard from makes every share its floor; one not
-  // heard from at the last tick makes every share stay where it is or fall.
-  const int64_t fresh = interval + interval / 2;
+  // Reports leave on the ticks, the same everywhere, and this runs half an interval later: a
+  // report no older than an interval is this tick's. A region never heard from makes every
+  // share its floor; one not heard from at this tick makes every share stay where it is or
+  // fall.
+  const int64_t fresh = interval;
   bool never = false, frozen = false;
   std::vector<bool> up(names_.size(), true);
   {
@@ -210,18 +233,9 @@ void RegionShares::Rebalance(int64_t now) {
     for (auto it = s.records.begin(); it != s.records.end();) {
       Record& r = it->second;
       const Policy& p = policies_.policies()[static_cast<size_t>(r.policy)];
-      const int64_t demand = DemandOf(r, now);
-      bool reported = false;  // another region reported this key lately
-      for (const Record::Report& rep : r.reports) {
-        reported |= rep.at_ms >= 0 && now - rep.at_ms <= 3 * interval;
-      }
-      if (demand == 0 && !reported && now - r.last_use_ms > 3 * window_s_ * 1000) {
-        it = s.records.erase(it);  // nobody uses it: back to its floor when it comes again
-        continue;
-      }
-      // The shares come from what every region reported at the last tick, this one's own
-      // demand included as it was reported (not as it is now): regions holding the same
-      // reports then compute the same shares.
+      // The shares come from what every region reported at this tick, this one's own demand
+      // included as it was reported (Measure): regions holding the same reports compute the
+      // same shares.
       int64_t target = FloorShare(r.policy);
       if (!never) {
         for (size_t i = 0; i < names_.size(); ++i) {
@@ -257,7 +271,6 @@ void RegionShares::Rebalance(int64_t now) {
         r.raise_since_ms = -1;
       }
       r.rate = *ShareRate(p.algorithm, p.rate, r.share);
-      r.sent_demand = demand;
       ++keys;
       ++it;
     }

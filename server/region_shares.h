@@ -8,9 +8,9 @@
 // The overshoot across regions is bounded by "lower at once, raise one interval later": a
 // share falls as soon as the reports say so, and rises only to what the reports of one
 // interval earlier already justified, by when every region holding those reports has lowered
-// its own. Rebalance ticks fall on the wall clock's multiples of the interval in every region,
-// and each computes from the reports of the tick before (its own demand as it reported it),
-// so regions agree. A region that did not hear from another at the last tick raises nothing
+// its own. Reports leave on the wall clock's multiples of the interval in every region, and
+// every region computes half an interval later from the reports of that tick (its own demand
+// as it reported it), so regions agree. A region that did not hear from another at the last tick raises nothing
 // (it keeps its last share, never more); one that never heard from another enforces its floor.
 //
 // Thread-safety: every method may be called from any thread. The table is split into shards,
@@ -79,12 +79,16 @@ class RegionShares {
   // the caller must then save the state, decided or not (it is the key's state from now on).
   bool Reconcile(const KeyId& id, const Rate& rate, KeyLimiter& state, int64_t now_ms);
 
-  // Every rebalance interval: recomputes every tracked key's share, and drops the keys nobody
-  // used lately.
+  // Every rebalance tick (the wall clock's multiples of the interval): each tracked key's
+  // demand over the last interval, as the reports of this tick carry it (Reports); drops the
+  // keys nobody used lately.
+  void Measure(int64_t now_ms);
+  // Half an interval after each tick, when this tick's reports have come: recomputes every
+  // tracked key's share from them.
   void Rebalance(int64_t now_ms);
-  // This interval's reports: a Request body (a Regions op) for every member of every other
-  // region whose list is known, carrying the keys it owns that had traffic here. `self` is
-  // this node's address, `policy_digest` and `key_seed` what the receivers check.
+  // This tick's reports (after Measure): a Request body (a Regions op) for every member of
+  // every other region whose list is known, carrying the keys it owns that had traffic here.
+  // `self` is this node's address, `policy_digest` and `key_seed` what the receivers check.
   std::vector<std::pair<std::string, std::vector<uint8_t>>> Reports(const std::string& self,
                                                                     uint64_t policy_digest,
                                                                     uint64_t key_seed);
@@ -134,7 +138,7 @@ class RegionShares {
   const RegionOptions options_;
   std::vector<std::string> names_;  // sorted; includes options_.region
   size_t self_ = 0;                 // index of this region in names_
-  int64_t window_s_ = 1;            // the demand window, in whole seconds
+  int64_t window_buckets_ = 19;     // the demand window, in 100 ms buckets (one interval less one)
   std::unique_ptr<Shard[]> shards_;
   mutable std::mutex links_mu_;
   std::vector<int64_t> heard_ms_;        // per region index: any report; -1 never; links_mu_

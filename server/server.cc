@@ -147,9 +147,10 @@ struct Server::Impl {
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
 
   // The rebalancer: on every tick of the wall clock's multiples of the interval (so the
-  // regions' ticks line up, and each computes from the same reports), the other regions' DNS
-  // names, new shares, and this node's reports to every node of every other region (one
-  // thread per region, so that one slow region delays no other).
+  // regions' ticks line up), the other regions' DNS names, the demand, and this node's reports
+  // to every node of every other region (one thread per region, so that one slow region
+  // delays no other); half an interval later, when every region's reports of the tick have
+  // come, the new shares (the same in every region that holds the same reports).
   void RunRegions(RegionShares& regions) {
     const int64_t interval = regions.options().rebalance_interval_ms;
     const std::string self =
@@ -172,7 +173,7 @@ struct Server::Impl {
                        other.name.c_str(), members.error().c_str());
         }
       }
-      regions.Rebalance(node.NowMs());
+      regions.Measure(node.NowMs());
       std::map<std::string, std::vector<std::pair<std::string, std::vector<uint8_t>>>> by_region;
       for (auto& report : regions.Reports(self, node.policy_digest(), KeyIdSeedDigest())) {
         for (const RegionOptions::Other& other : regions.options().others) {
@@ -203,6 +204,12 @@ struct Server::Impl {
       }
       for (std::thread& t : senders) t.join();
       lock.lock();
+      const int64_t half = static_cast<int64_t>(WallClockGeneration());
+      const int64_t at = (half - interval / 2) / interval * interval + interval / 2 +
+                         (half % interval < interval / 2 ? 0 : interval);
+      sweep_cv.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, at - half)));
+      if (stopping) break;
+      regions.Rebalance(node.NowMs());
     }
   }
 

@@ -1,15 +1,10 @@
 // Regions on loopback: 3 regions of one real limiterd each, their reports to each other
-// through delay proxies (30 ms each way, in this test), gateways through the client library
+// through delay proxies (bench/delay_proxy.h: 30 ms each way), gateways through the client library
 // driving 1000, 50 and 10 requests/s at one key of a 120/s global limit. The shares reach 60,
 // 50 and 10, `limiterctl regions` shows them, and across the three regions the admissions
 // stay within B + L*t/W (the fleet-wide promise, README "Regions"). Figures are printed,
 // timings never asserted.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/delay_proxy.h"
 #include "client/ctl/commands.h"
 #include "common/promise_check.h"
 #include "limiter/client/client.h"
@@ -42,85 +38,7 @@ int64_t NowUs() {
       .count();
 }
 
-// A TCP proxy on loopback that delays every chunk by `delay` in each direction: the
-// inter-region link.
-class DelayProxy {
- public:
-  DelayProxy(int upstream_port, std::chrono::milliseconds delay)
-      : upstream_port_(upstream_port), delay_(delay) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    EXPECT_EQ(::listen(listen_fd_, 16), 0);
-    socklen_t len = sizeof(a);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
-  ~DelayProxy() {
-    stop_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    ::close(listen_fd_);
-    acceptor_.join();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-    for (std::thread& t : pumps_) t.join();
-    for (int fd : fds_) ::close(fd);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  void Accept() {
-    while (!stop_) {
-      const int client = ::accept(listen_fd_, nullptr, nullptr);
-      if (client < 0) return;
-      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<uint16_t>(upstream_port_));
-      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-        ::close(client);
-        ::close(server);
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      fds_.push_back(client);
-      fds_.push_back(server);
-      pumps_.emplace_back([this, client, server] { Pump(client, server); });
-      pumps_.emplace_back([this, client, server] { Pump(server, client); });
-    }
-  }
-  // Each chunk is written `delay_` after it was read.
-  void Pump(int from, int to) {
-    char buf[64 * 1024];
-    while (!stop_) {
-      const ssize_t n = ::read(from, buf, sizeof(buf));
-      if (n <= 0) break;
-      std::this_thread::sleep_until(std::chrono::steady_clock::now() + delay_);
-      for (ssize_t sent = 0; sent < n;) {
-        const ssize_t w = ::write(to, buf + sent, static_cast<size_t>(n - sent));
-        if (w <= 0) return;
-        sent += w;
-      }
-    }
-    ::shutdown(to, SHUT_WR);
-  }
-
-  const int upstream_port_;
-  const std::chrono::milliseconds delay_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<int> fds_;
-  std::vector<std::thread> pumps_;
-};
+using bench::DelayProxy;
 
 constexpr int64_t kLimit = 120;  // per second
 constexpr int64_t kBurst = 12;
@@ -243,6 +161,21 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
   EXPECT_EQ(share["us"], 60);
   EXPECT_EQ(share["eu"], 50);
   EXPECT_EQ(share["ap"], 10);
+  {
+    ctl::RegionsArgs args;  // as an operator sees it (the README quotes this)
+    args.cluster = regions_[0].node.listen;
+    args.policy = "partner";
+    args.key = "acme";
+    std::ostringstream out, err;
+    EXPECT_EQ(ctl::RunRegions(args, out, err), 0) << err.str();
+    std::printf("$ limiterctl regions --cluster %s --policy partner --key acme\n%s",
+                args.cluster.c_str(), out.str().c_str());
+    args.policy = args.key = "";
+    std::ostringstream links;
+    EXPECT_EQ(ctl::RunRegions(args, links, err), 0) << err.str();
+    std::printf("$ limiterctl regions --cluster %s\n%s", args.cluster.c_str(), links.str().c_str());
+    EXPECT_NE(links.str().find("up, heard"), std::string::npos) << links.str();
+  }
   // Every region holds the same picture of the others.
   const nlohmann::json from_ap = Shares(regions_[2]);
   for (const auto& r : from_ap["regions"]) {

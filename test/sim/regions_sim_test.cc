@@ -46,6 +46,7 @@ struct SimRegion {
   double rate = 0;     // requests/s its gateways send now
   double owed = 0;     // fractional arrivals carried to the next millisecond
   int64_t next_tick_wall = 0;
+  bool rebalanced = true;  // since the last tick
 };
 
 class RegionsSim : public ::testing::Test {
@@ -103,12 +104,18 @@ class RegionsSim : public ::testing::Test {
       }
       for (auto& [name, r] : regions_) {
         // A tick on this region's wall clock: new shares, then its reports leave.
-        if (now_ms_ + r.skew_ms >= r.next_tick_wall) {
-          r.next_tick_wall += kIntervalMs;
+        // Half an interval after its tick, on its wall clock: the new shares.
+        if (now_ms_ + r.skew_ms >= r.next_tick_wall - kIntervalMs / 2 && !r.rebalanced) {
+          r.rebalanced = true;
           r.node->regions()->Rebalance(r.clock->NowMs());
           // The shares in force across regions, whenever one changes.
           const std::vector<int64_t> in_force = Now();
           max_sum_ = std::max(max_sum_, in_force[0] + in_force[1] + in_force[2]);
+        }
+        if (now_ms_ + r.skew_ms >= r.next_tick_wall) {
+          r.next_tick_wall += kIntervalMs;
+          r.rebalanced = false;
+          r.node->regions()->Measure(r.clock->NowMs());
           for (auto& [to, body] : r.node->regions()->Reports(
                    name + ":1", r.node->policy_digest(), KeyIdSeedDigest())) {
             const std::string region = to.substr(0, to.find(':'));

@@ -87,10 +87,10 @@ class Regions : public ::testing::Test {
     }
     return admitted;
   }
-  // One rebalance tick: every region recomputes, then its reports reach the regions in
-  // `reachable` (all when empty) and the others are dropped (a cut link).
+  // One rebalance tick: every region measures, then its reports reach the other regions
+  // unless one of the two is `cut` (the reports are dropped).
   void Tick(const std::set<std::string>& cut = {}) {
-    for (auto& [name, r] : regions_) r.node->regions()->Rebalance(r.clock->NowMs());
+    for (auto& [name, r] : regions_) r.node->regions()->Measure(r.clock->NowMs());
     for (auto& [name, r] : regions_) {
       auto reports = r.node->regions()->Reports(Address(name), r.node->policy_digest(),
                                                 KeyIdSeedDigest());
@@ -102,6 +102,9 @@ class Regions : public ::testing::Test {
             << reply.ops()->Get(0)->error()->str();
       }
     }
+  }
+  void Rebalance() {
+    for (auto& [name, r] : regions_) r.node->regions()->Rebalance(r.clock->NowMs());
   }
   void Advance(int64_t ms) {
     for (auto& [name, r] : regions_) r.clock->Advance(ms);
@@ -129,6 +132,7 @@ class Regions : public ::testing::Test {
         Advance(100);
         ++steps_;
         if (steps_ % 20 == 0) Tick(cut);
+        if (steps_ % 20 == 10) Rebalance();  // half an interval after the tick
       }
       fleet.push_back(admitted);
       if (getenv("REGIONS_DEBUG")) {
