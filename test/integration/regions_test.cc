@@ -208,5 +208,26 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
               static_cast<double>(NowUs() - t0) / 1e6);
 }
 
+TEST(LimiterctlRegions, BadArgumentsAndANodeWithoutRegionsAreClearErrors) {
+  ctl::RegionsArgs args;
+  args.cluster = "not an address";
+  std::ostringstream out, err;
+  EXPECT_EQ(ctl::RunRegions(args, out, err), 2);
+  EXPECT_NE(err.str().find("limiterctl regions: --cluster:"), std::string::npos) << err.str();
+  const std::string policies = testing::WriteTempFile("regions_plain.yaml", kPolicies);
+  RunningNode plain = testing::StartNode({"--policies", policies, "--threads", "1"});
+  ASSERT_FALSE(plain.listen.empty());
+  args.cluster = plain.listen;
+  err.str("");
+  EXPECT_EQ(ctl::RunRegions(args, out, err), 1);
+  EXPECT_NE(err.str().find("belongs to no region"), std::string::npos) << err.str();
+  args.policy = "partner";
+  args.key = "";
+  err.str("");
+  EXPECT_EQ(ctl::RunRegions(args, out, err), 2);
+  EXPECT_NE(err.str().find("--policy needs --key"), std::string::npos) << err.str();
+  std::remove(policies.c_str());
+}
+
 }  // namespace
 }  // namespace limiter

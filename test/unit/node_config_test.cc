@@ -97,5 +97,43 @@ TEST_F(NodeConfigFile, BadFieldsAreOneErrorNamingWhereAndWhat) {
   EXPECT_NE(c.error().find("field 'secret': unknown field"), std::string::npos) << c.error();
 }
 
+TEST_F(NodeConfigFile, ReadsTheRegionsAndNamesWhatIsWrongWithThem) {
+  Result<NodeConfig> c = Load(
+      "region: us\n"
+      "regions:\n"
+      "  - {name: eu, members: [10.1.0.1:7450, 10.1.0.2:7450]}\n"
+      "  - {name: ap, members_dns: limiterd.ap.svc:7450}\n"
+      "rebalance_interval: 3s\nregion_floor: 0.1\nregion_max_keys: 500\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  const RegionOptions& r = c->node.regions;
+  EXPECT_EQ(r.region, "us");
+  ASSERT_EQ(r.others.size(), 2u);
+  EXPECT_EQ(r.others[0].name, "eu");
+  EXPECT_EQ(r.others[0].members, (std::vector<std::string>{"10.1.0.1:7450", "10.1.0.2:7450"}));
+  EXPECT_EQ(r.others[1].members_dns, "limiterd.ap.svc:7450");
+  EXPECT_EQ(r.rebalance_interval_ms, 3000);
+  EXPECT_DOUBLE_EQ(r.floor, 0.1);
+  EXPECT_EQ(r.max_keys, 500);
+
+  const std::string file = In("limiterd.yaml");
+  c = Load("regions: eu\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find(":1:10: field 'regions': expected a list"), std::string::npos)
+      << c.error();
+  c = Load("regions:\n  - {members: [a:1]}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("each region needs a name"), std::string::npos) << c.error();
+  c = Load("regions:\n  - {name: eu, members: [nope]}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("field 'regions.members'"), std::string::npos) << c.error();
+  c = Load("regions:\n  - {name: eu, member: [a:1]}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("unknown field"), std::string::npos) << c.error();
+  c = Load("region_floor: 2\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), file + ":1:15: field 'region_floor': expected a share of the limit "
+                              "between 0 and 1, got '2'");
+}
+
 }  // namespace
 }  // namespace limiter

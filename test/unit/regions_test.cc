@@ -235,5 +235,72 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
   EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 3);
 }
 
+TEST(RegionOptionsCheck, EachMistakeIsNamed) {
+  Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  const auto error = [&](RegionOptions o) {
+    std::optional<std::string> e = RegionShares::Check(*p, o);
+    return e.value_or("(none)");
+  };
+  RegionOptions o;
+  EXPECT_EQ(error(o), "(none)");  // no regions at all
+  o.others.push_back({"eu", {"e:1"}, ""});
+  EXPECT_EQ(error(o), "regions: name this node's region (region) too");
+  o.region = "us";
+  EXPECT_EQ(error(o), "(none)");
+  o.others.push_back({"eu", {"e:2"}, ""});
+  EXPECT_EQ(error(o), "regions: 'eu' is named twice");
+  o.others.back() = {"ap", {"a:1"}, "ap.svc:1"};
+  EXPECT_EQ(error(o), "regions: region 'ap' needs members or members_dns (one of them)");
+  o.others.back() = {"ap", {}, ""};
+  EXPECT_EQ(error(o), "regions: region 'ap' needs members or members_dns (one of them)");
+  o.others.back() = {"us", {"a:1"}, ""};
+  EXPECT_EQ(error(o), "regions: 'us' is named twice");
+  o.others.back() = {"ap", {"a:1"}, ""};
+  o.rebalance_interval_ms = 50;
+  EXPECT_EQ(error(o), "rebalance_interval: 100 ms to 60 s, got 50 ms");
+  o.rebalance_interval_ms = 2000;
+  o.floor = 1.5;
+  EXPECT_EQ(error(o), "region_floor: a share of the limit, 0 to 1");
+  o.floor = 0.05;
+  // 120/s with B = 12 holds shares of at least 10: 12 regions at most.
+  for (int i = 0; i < 10; ++i) o.others.push_back({"x" + std::to_string(i), {"x:1"}, ""});
+  EXPECT_EQ(error(o), "policy 'partner': a global limit of 120 cannot give each of 13 regions "
+                      "its smallest share (10: limit / burst)");
+  for (int i = 0; i < 60; ++i) o.others.push_back({"y" + std::to_string(i), {"y:1"}, ""});
+  EXPECT_EQ(error(o), "regions: at most 64 regions, got 73");
+}
+
+TEST_F(Regions, AskingANodeWithoutRegionsOrAboutARegionalPolicyIsAnError) {
+  RequestBuilder b;
+  b.Regions(1, "local", "k");
+  const wire::Reply& r = Send("us", b.Finish());
+  EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::BadRequest);
+  EXPECT_NE(r.ops()->Get(0)->error()->str().find("policy 'local' is scope: region"),
+            std::string::npos);
+  b.Clear();
+  b.Regions(1);  // the links
+  const wire::Reply& links = Send("us", b.Finish());
+  ASSERT_EQ(links.ops()->Get(0)->status(), wire::Status::Ok);
+  ASSERT_EQ(links.ops()->Get(0)->regions()->size(), 3u);
+  EXPECT_EQ(links.ops()->Get(0)->regions()->Get(0)->region()->str(), "us");
+  EXPECT_EQ(links.ops()->Get(0)->regions()->Get(1)->link_age_ms(), -1);  // never heard
+
+  // A node with no region named.
+  ManualClock clock(1000);
+  NodeOptions o;
+  Node plain(policies_, clock, o);
+  Node::Worker& w = plain.AddWorker();
+  b.Clear();
+  b.Regions(1);
+  std::vector<uint8_t> out;
+  plain.HandleFrame(w, b.Finish(), out);
+  const FrameResult f = DecodeFrame(out, 1 << 20);
+  const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(reply->ops()->Get(0)->error()->str(),
+            "this node belongs to no region (its config names no `region`)");
+}
+
 }  // namespace
 }  // namespace limiter
