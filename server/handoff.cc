@@ -312,9 +312,13 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
               ++stats.keys_lost;
             } else {
               Batch& b = batch_for(owner);
+              const auto [share, state_share] = regions_ && global_[policy]
+                                                    ? regions_->Carried(id)
+                                                    : std::pair<int64_t, int64_t>{0, 0};
               b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi,
                                                      static_cast<uint16_t>(policy),
-                                                     b.fbb.CreateVector(fields)));
+                                                     b.fbb.CreateVector(fields), share,
+                                                     state_share));
               if (b.full()) ready.emplace_back(owner, std::move(batches[owner]));
             }
           }
@@ -406,6 +410,9 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
           continue;
         }
         store_.Pack(policy, std::move(**state), store_.Insert(policy, id));
+        if (regions_ && global_[static_cast<size_t>(policy)] && k->share() > 0) {
+          regions_->Adopt(policy, id, k->share(), k->state_share(), now);  // its share too
+        }
       }
       ++taken;
     }

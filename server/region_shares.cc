@@ -343,6 +343,37 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
   return out;
 }
 
+std::pair<int64_t, int64_t> RegionShares::Carried(const KeyId& id) const {
+  Shard& s = ShardOf(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto it = s.records.find(id);
+  if (it == s.records.end()) return {0, 0};
+  return {it->second.share, it->second.state_rate.limit()};
+}
+
+void RegionShares::Adopt(int policy, const KeyId& id, int64_t share, int64_t state_share,
+                         int64_t now) {
+  const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+  if (p.scope != Scope::kGlobal || share <= 0 || share > p.rate.limit() || state_share <= 0 ||
+      state_share > p.rate.limit()) {
+    return;
+  }
+  const std::optional<Rate> rate = ShareRate(p.algorithm, p.rate, share);
+  // The state's own rate: the policy's when it was decided under the whole limit.
+  const std::optional<Rate> state_rate = state_share == p.rate.limit()
+                                             ? std::optional<Rate>(p.rate)
+                                             : ShareRate(p.algorithm, p.rate, state_share);
+  if (!rate || !state_rate) return;
+  Shard& s = ShardOf(id);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.records.count(id)) return;  // served here meanwhile: its own record stands
+  Record* r = Find(s, policy, id, now, /*create=*/true);
+  if (r == nullptr) return;
+  r->share = share;
+  r->rate = *rate;
+  r->state_rate = *state_rate;
+}
+
 Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t policy_digest,
                                       uint64_t key_seed, int64_t now) {
   const auto refuse = [&](std::string why) -> Result<int64_t> {

@@ -96,6 +96,13 @@ class RegionShares {
   void SetMembers(const std::string& region, std::vector<std::string> members);
   std::vector<std::string> MembersOf(const std::string& region) const;
 
+  // A key handed to another node of this region (Node::Export) takes its share along: the
+  // share in force and the share its state was last decided under (0, 0: none tracked).
+  std::pair<int64_t, int64_t> Carried(const KeyId& id) const;
+  // The receiving side: a key handed here starts at the share it had, not at the floor
+  // (ignored when this node tracks the key already, or the shares are not valid for it).
+  void Adopt(int policy, const KeyId& id, int64_t share, int64_t state_share, int64_t now_ms);
+
   // A report from another region: the number of keys taken, or what is wrong with it.
   Result<int64_t> Receive(const wire::RegionReport& report, uint64_t policy_digest,
                           uint64_t key_seed, int64_t now_ms);

@@ -235,6 +235,79 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
   EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 3);
 }
 
+// Two nodes of one region (us), a second region (eu) heard from by report: a global key whose
+// share has risen above the floor keeps that share when its owner leaves and hands it over.
+TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
+  Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  const std::vector<std::string> both = {"a:1", "b:1"};
+  std::map<std::string, std::unique_ptr<ManualClock>> clocks;
+  std::map<std::string, std::unique_ptr<Node>> nodes;
+  std::map<std::string, Node::Worker*> workers;
+  for (const std::string& name : both) {
+    clocks[name] = std::make_unique<ManualClock>(name == "a:1" ? 100'000 : 9'000'000);
+    NodeOptions o;
+    o.self = name;
+    o.members = both;
+    o.generation = 1;
+    o.regions.region = "us";
+    o.regions.others.push_back({"eu", {"e:1"}, ""});
+    nodes[name] = std::make_unique<Node>(*p, *clocks[name], o);
+    workers[name] = &nodes[name]->AddWorker();
+  }
+  std::vector<uint8_t> out;
+  std::vector<uint64_t> aligned;
+  const auto send = [&](const std::string& to, std::span<const uint8_t> body) -> const wire::Reply& {
+    out.clear();
+    nodes[to]->HandleFrame(*workers[to], body, out);
+    const FrameResult f = DecodeFrame(out, 64u << 20);
+    const wire::Reply* r = VerifiedReply(f.body, aligned);
+    EXPECT_NE(r, nullptr);
+    return *r;
+  };
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    if (nodes["a:1"]->ring()->Owner("k" + std::to_string(i)) == "a:1") key = "k" + std::to_string(i);
+  }
+  const KeyId id = protocol::LimitId(*p->Find("partner"), key, {});
+  const auto heartbeat = [&] {  // eu says its link is up (no traffic of its own)
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto r = wire::CreateRegionReport(fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"),
+                                            nodes["a:1"]->policy_digest(), KeyIdSeedDigest());
+    send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+  };
+  RequestBuilder b;
+  for (int tick = 0; tick < 3; ++tick) {  // demand of 200/s on a; eu wants nothing
+    for (int step = 0; step < 20; ++step) {
+      clocks["a:1"]->Advance(100);
+      for (int i = 0; i < 20; ++i) {
+        b.Check(1, "partner", key);
+        send("a:1", b.Finish());
+        b.Clear();
+      }
+    }
+    nodes["a:1"]->regions()->Measure(clocks["a:1"]->NowMs());
+    heartbeat();
+    nodes["a:1"]->regions()->Rebalance(clocks["a:1"]->NowMs());
+  }
+  const int64_t share = nodes["a:1"]->regions()->ViewOf(0, &id, clocks["a:1"]->NowMs()).front().share;
+  EXPECT_EQ(share, 110);  // 120 less eu's floor (L / B = 10)
+  // a leaves; b takes its keys.
+  ASSERT_FALSE(nodes["b:1"]->SetMembers({"b:1"}, 2).has_value());
+  nodes["a:1"]->Leave(2);
+  const Node::HandoffSink sink = [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+    const wire::Reply& r = send(member, frame);
+    return r.ops()->Get(0)->status() == wire::Status::Ok ? r.ops()->Get(0)->granted() : -1;
+  };
+  ASSERT_TRUE(nodes["a:1"]->RunNextHandoff(sink, std::chrono::milliseconds(0)).has_value());
+  const std::vector<RegionShares::View> there =
+      nodes["b:1"]->regions()->ViewOf(0, &id, clocks["b:1"]->NowMs());
+  EXPECT_EQ(there.front().share, share) << "the new owner started the key at its floor";
+  // It goes on from the state: no fresh burst (a's bucket is empty at 200/s offered).
+  b.Check(1, "partner", key);
+  EXPECT_FALSE(send("b:1", b.Finish()).ops()->Get(0)->allowed());
+}
+
 TEST(RegionOptionsCheck, EachMistakeIsNamed) {
   Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
   ASSERT_TRUE(p.ok()) << p.error();
