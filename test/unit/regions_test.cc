@@ -37,7 +37,7 @@ class Regions : public ::testing::Test {
     Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
     EXPECT_TRUE(p.ok()) << p.error();
     policies_ = std::move(p).value();
-    for (const std::string& name : {"ap", "eu", "us"}) Add(name);
+    for (const char* name : {"ap", "eu", "us"}) Add(name);
   }
 
   struct Region {
@@ -55,7 +55,7 @@ class Regions : public ::testing::Test {
     o.name = name;
     o.regions.region = name;
     o.regions.rebalance_interval_ms = 2000;
-    for (const std::string& other : {"ap", "eu", "us"}) {
+    for (const char* other : {"ap", "eu", "us"}) {
       if (other != name) o.regions.others.push_back({other, {Address(other)}, ""});
     }
     EXPECT_FALSE(RegionShares::Check(policies_, o.regions).has_value());
