@@ -103,8 +103,9 @@ int RunRegionsBench(const RegionsBenchOptions& o, std::ostream& out, std::ostrea
   for (size_t i = 0; i < regions.size(); ++i) {
     const std::string config = (dir / (regions[i].name + ".yaml")).string();
     std::ofstream c(config);
+    // `self`: the address the other regions know this node by (its proxy).
     c << "region: " << regions[i].name << "\nrebalance_interval: " << o.interval_ms
-      << "ms\nregions:\n";
+      << "ms\nself: " << regions[i].proxy->address() << "\nregions:\n";
     for (const RegionRun& other : regions) {
       if (&other == &regions[i]) continue;
       c << "  - {name: " << other.name << ", members: [" << other.proxy->address() << "]}\n";

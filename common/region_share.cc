@@ -6,16 +6,10 @@
 namespace limiter {
 
 std::optional<std::string> GlobalScopeError(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kTokenBucket:
-    case Algorithm::kGcra:
-    case Algorithm::kFixedWindow:
-    case Algorithm::kSlidingWindow: return std::nullopt;
-    case Algorithm::kSlidingLog:
-    case Algorithm::kLeakyBucket: break;
-  }
-  return "scope: global takes token_bucket, gcra, fixed_window or sliding_window, not " +
-         std::string(AlgorithmName(algorithm));
+  if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) return std::nullopt;
+  return "scope: global takes token_bucket or gcra, not " + std::string(AlgorithmName(algorithm)) +
+         " (a window's count stays when the shares move within it, so the regions could admit "
+         "more than L in one window)";
 }
 
 int64_t ShareQuantum(Algorithm algorithm, const Rate& rate) {
@@ -122,14 +116,14 @@ KeyLimiter Reshaped(const KeyLimiter& state, const Rate& from, const Rate& to, i
   switch (state.algorithm()) {
     case Algorithm::kTokenBucket: {
       const auto& s = std::get<TokenBucket::State>(state.state());
-      const int64_t can = from.capacity_scaled() - state.InEffect(from, now);
+      const int64_t can = std::max<int64_t>(0, from.capacity_scaled() - state.InEffect(from, now));
       TokenBucket::State out;
       out.tokens_scaled = std::min(to.capacity_scaled(), can);
       out.last_ms = s.last_ms == TokenBucket::kFresh ? now : std::max(now, s.last_ms);
       return KeyLimiter(KeyLimiter::State(out));
     }
     case Algorithm::kGcra: {
-      const int64_t can = from.capacity_scaled() - state.InEffect(from, now);
+      const int64_t can = std::max<int64_t>(0, from.capacity_scaled() - state.InEffect(from, now));
       const int64_t missing = to.capacity_scaled() - std::min(to.capacity_scaled(), can);
       Gcra::State out;
       out.tat_ms = now + missing / to.limit();

@@ -21,9 +21,11 @@
 
 namespace limiter {
 
-// The algorithms a `scope: global` policy may use: their state is the same shape at any rate,
-// and a store's expiry under the policy's own rate never drops a key before its share's
-// rate would (sliding logs and leaky buckets do not qualify).
+// The algorithms a `scope: global` policy may use: token_bucket and gcra. Their state is the
+// same shape at any rate, a change of share can be applied to it at once (Reshaped), and the
+// store's expiry under the policy's own rate never drops a key before its share's rate would.
+// A window's count stays when the shares move within the window (so the regions together
+// could pass L in it); a sliding log is sized by L; a leaky bucket would expire early.
 std::optional<std::string> GlobalScopeError(Algorithm algorithm);
 
 // The smallest nonzero share: a bucket algorithm needs B_r >= 1, so L_r >= ceil(L / B);

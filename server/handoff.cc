@@ -42,6 +42,7 @@ uint64_t Node::PolicyDigest() const {
   std::string text;
   for (const Policy& p : policies_.policies()) {
     text += p.name + '\n' + std::to_string(static_cast<int>(p.algorithm)) + ' ' +
+            std::to_string(static_cast<int>(p.scope)) + ' ' +
             std::to_string(p.rate.limit()) + ' ' + std::to_string(p.rate.window_ms()) + ' ' +
             std::to_string(p.rate.burst()) + ' ' + std::to_string(p.parent_index) + '\n';
   }
@@ -117,6 +118,8 @@ void Node::Leave(uint64_t generation) {
     if (m != options_.self) others.push_back(m);
   }
   if (others.empty()) return;  // the last node: nobody to hand to, so it serves to the end
+  // Newer than the list in use, which may have moved on since `generation` was announced.
+  generation = std::max(generation, current->generation + 1);
   auto next = std::make_shared<const Membership>(Membership{Ring(std::move(others)), generation});
   std::lock_guard<std::mutex> lock(handoff_mu_);
   leaving_.store(true);

@@ -291,6 +291,9 @@ class Node {
                CostUse cost_use, int64_t now, OpResult& r);
   // REGIONS: a report from another region, or a question about this region's shares.
   void RegionsOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
+  // A global key's state moved to its region's share in force (RegionShares::Reconcile), once
+  // the op has room reserved: the moved state is then saved, decided or not.
+  void ReconcileShares(Worker& w, int64_t now);
   void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
   void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
   void Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,

@@ -105,13 +105,19 @@ void Node::Load(Worker& w, int64_t now) {
   for (Entry& e : w.entries) {
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Take(e.policy, e.slot, now);
-    if (regions_ && global_[static_cast<size_t>(e.policy)] &&
-        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
-      w.must_save = true;  // the region's share moved: this is the key's state now
-    }
     if (e.slot == nullptr && e.split_k != 0) {
       e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
       w.must_save = true;  // must be kept, allowed or not: a fresh state is full
+    }
+  }
+}
+
+void Node::ReconcileShares(Worker& w, int64_t now) {
+  if (!regions_) return;
+  for (Entry& e : w.entries) {
+    if (global_[static_cast<size_t>(e.policy)] &&
+        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
+      w.must_save = true;  // the region's share moved: this is the key's state now
     }
   }
 }
@@ -144,6 +150,7 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
       return;
     }
+    ReconcileShares(w, now);  // with room reserved: the state moved is saved
     const bool books = store_.books() > 0;
     if (books) NoteInEffect(w, now);
     bool all = true;
@@ -200,6 +207,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
       return;
     }
+    ReconcileShares(w, now);  // with room reserved: the state moved is saved
     NoteInEffect(w, now);
     int64_t grant = units;
     for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));

@@ -12,7 +12,8 @@ void Node::RegionsOp(Worker& w, const wire::Op& op, const Membership& m, int64_t
                   "this node belongs to no region (its config names no `region`)");
   }
   if (const wire::RegionReport* report = w.peer ? w.peer->report() : nullptr) {
-    Result<int64_t> taken = regions_->Receive(*report, policy_digest_, KeyIdSeedDigest(), now);
+    Result<int64_t> taken =
+        regions_->Receive(*report, policy_digest_, KeyIdSeedDigest(), m.ring, now);
     if (!taken) return r.Fail(wire::Status::BadRequest, taken.error());
     r.reply.granted = *taken;
     return;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include <xxhash.h>
+
 #include "common/limits.h"
 #include "common/region_share.h"
 #include "common/wire.h"
@@ -24,6 +26,10 @@ struct RegionShares::Record {
   int64_t share = 0;
   Rate rate;        // the share's Rate, what Use answers
   Rate state_rate;  // the Rate the key's state was last decided under (Reconcile)
+  // Since the state was last decided: when the share first changed, and the lowest share's
+  // Rate in force since (-1: no change). Reconcile converts as of then, refilling slowest.
+  int64_t changed_ms = -1;
+  Rate low_rate;
   int64_t raise_to = 0;
   int64_t raise_since_ms = -1;  // -1: no raise waiting
   std::array<int64_t, kBuckets> buckets{};  // units wanted per 100 ms, by (ms / 100) % kBuckets
@@ -94,7 +100,12 @@ RegionShares::RegionShares(const PolicySet& policies, RegionOptions options)
   window_buckets_ = std::clamp<int64_t>(options_.rebalance_interval_ms / kBucketMs - 1, 4,
                                         static_cast<int64_t>(kBuckets) - 2);
   heard_ms_.assign(names_.size(), -1);
+  send_failed_ms_.assign(names_.size(), -1);
   rings_.resize(names_.size());
+  std::string settings = std::to_string(options_.rebalance_interval_ms) + '/' +
+                         std::to_string(std::llround(options_.floor * 1e6));
+  for (const std::string& n : names_) settings += '/' + n;
+  settings_ = XXH3_64bits(settings.data(), settings.size());
   for (const RegionOptions::Other& o : options_.others) {
     if (!o.members.empty()) SetMembers(o.name, o.members);
   }
@@ -126,7 +137,9 @@ RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, 
   r.policy = policy;
   r.share = FloorShare(policy);
   r.rate = *ShareRate(p.algorithm, p.rate, r.share);
-  r.state_rate = p.rate;  // a key this node had before it tracked it: the whole limit's
+  // A state this node may still hold from before (a record dropped while the key was idle, a
+  // key kept from a hand-off): taken as decided under the floor, the slowest it can refill.
+  r.state_rate = r.rate;
   r.reports.resize(names_.size());
   r.last_use_ms = now;
   r.newest = now / kBucketMs;
@@ -164,9 +177,18 @@ bool RegionShares::Reconcile(const KeyId& id, const Rate& rate, KeyLimiter& stat
   Shard& s = ShardOf(id);
   std::lock_guard<std::mutex> lock(s.mu);
   const auto it = s.records.find(id);
-  if (it == s.records.end() || it->second.state_rate == rate) return false;
-  state = Reshaped(state, it->second.state_rate, rate, now);
-  it->second.state_rate = rate;
+  if (it == s.records.end()) return false;
+  Record& r = it->second;
+  if (r.changed_ms < 0 && r.state_rate == rate) return false;
+  if (r.changed_ms >= 0 && r.changed_ms < now) {
+    // As of the first change, to the lowest share since; then refilled at that one up to now.
+    state = Reshaped(state, r.state_rate, r.low_rate, r.changed_ms);
+    state = Reshaped(state, r.low_rate, rate, now);
+  } else {
+    state = Reshaped(state, r.state_rate, rate, now);
+  }
+  r.state_rate = rate;
+  r.changed_ms = -1;
   return true;
 }
 
@@ -216,13 +238,24 @@ void RegionShares::Rebalance(int64_t now) {
   const int64_t fresh = interval;
   bool never = false, frozen = false;
   std::vector<bool> up(names_.size(), true);
+  // Per region, per member of its list here: heard from at this tick. A key whose owner there
+  // was not (a node down, a link cut between two nodes only) raises nothing.
+  std::vector<std::shared_ptr<const Ring>> rings;
+  std::vector<std::vector<bool>> owner_up(names_.size());
   {
     std::lock_guard<std::mutex> lock(links_mu_);
+    rings = rings_;
     for (size_t i = 0; i < names_.size(); ++i) {
       if (i == self_) continue;
       never |= heard_ms_[i] < 0;
-      up[i] = heard_ms_[i] >= 0 && now - heard_ms_[i] <= fresh;
+      up[i] = heard_ms_[i] >= 0 && now - heard_ms_[i] <= fresh &&
+              !(send_failed_ms_[i] >= 0 && now - send_failed_ms_[i] <= fresh);
       frozen |= !up[i];
+      if (!rings[i]) continue;
+      for (const std::string& m : rings[i]->members()) {
+        const auto heard = node_heard_ms_.find(names_[i] + '/' + m);
+        owner_up[i].push_back(heard != node_heard_ms_.end() && now - heard->second <= fresh);
+      }
     }
   }
   std::vector<int64_t> demands(names_.size());
@@ -237,6 +270,12 @@ void RegionShares::Rebalance(int64_t now) {
       // included as it was reported (Measure): regions holding the same reports compute the
       // same shares.
       int64_t target = FloorShare(r.policy);
+      bool key_frozen = frozen;
+      for (size_t i = 0; i < names_.size() && !key_frozen; ++i) {
+        if (i != self_ && rings[i] && !rings[i]->empty()) {
+          key_frozen = !owner_up[i][rings[i]->OwnerOfSlot(RingSlotOf(it->first))];
+        }
+      }
       if (!never) {
         for (size_t i = 0; i < names_.size(); ++i) {
           const Record::Report& rep = r.reports[i];
@@ -257,7 +296,7 @@ void RegionShares::Rebalance(int64_t now) {
       if (target < r.share) {
         r.share = target;
         r.raise_since_ms = -1;
-      } else if (target > r.share && !frozen && !never) {
+      } else if (target > r.share && !key_frozen && !never) {
         if (r.raise_since_ms >= 0 && now - r.raise_since_ms >= interval - interval / 8) {
           r.share = std::min(target, r.raise_to);
           r.raise_since_ms = -1;
@@ -270,7 +309,16 @@ void RegionShares::Rebalance(int64_t now) {
       } else {
         r.raise_since_ms = -1;
       }
-      r.rate = *ShareRate(p.algorithm, p.rate, r.share);
+      const Rate rate = *ShareRate(p.algorithm, p.rate, r.share);
+      if (!(rate == r.rate)) {
+        if (r.changed_ms < 0) {
+          r.changed_ms = now;
+          r.low_rate = rate.limit() < r.rate.limit() ? rate : r.rate;
+        } else if (rate.limit() < r.low_rate.limit()) {
+          r.low_rate = rate;
+        }
+        r.rate = rate;
+      }
       ++keys;
       ++it;
     }
@@ -330,9 +378,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
         const size_t n = std::min(kReportKeys, all.size() - from);
         flatbuffers::FlatBufferBuilder fbb(256 + n * sizeof(wire::KeyDemand));
         const auto list = fbb.CreateVectorOfStructs(all.data() + from, n);
-        const auto report =
-            wire::CreateRegionReport(fbb, fbb.CreateString(options_.region),
-                                     fbb.CreateString(self), policy_digest, key_seed, list);
+        const auto report = wire::CreateRegionReport(
+            fbb, fbb.CreateString(options_.region), fbb.CreateString(self), policy_digest,
+            key_seed, list, rings[i]->version(), settings_);
         const std::span<const uint8_t> body = FinishPeerRequest(
             fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
         out.emplace_back(rings[i]->members()[m], std::vector<uint8_t>(body.begin(), body.end()));
@@ -343,12 +391,19 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
   return out;
 }
 
-std::pair<int64_t, int64_t> RegionShares::Carried(const KeyId& id) const {
+std::pair<int64_t, int64_t> RegionShares::Carried(const KeyId& id) {
   Shard& s = ShardOf(id);
   std::lock_guard<std::mutex> lock(s.mu);
   const auto it = s.records.find(id);
   if (it == s.records.end()) return {0, 0};
-  return {it->second.share, it->second.state_rate.limit()};
+  // The key leaves this node: so does its record (it must not report stale demand).
+  const std::pair<int64_t, int64_t> carried{
+      it->second.share, std::min(it->second.state_rate.limit(), it->second.changed_ms >= 0
+                                                                     ? it->second.low_rate.limit()
+                                                                     : INT64_MAX)};
+  s.records.erase(it);
+  counters_.keys.fetch_sub(1, std::memory_order_relaxed);
+  return carried;
 }
 
 void RegionShares::Adopt(int policy, const KeyId& id, int64_t share, int64_t state_share,
@@ -374,8 +429,15 @@ void RegionShares::Adopt(int policy, const KeyId& id, int64_t share, int64_t sta
   r->state_rate = *state_rate;
 }
 
+void RegionShares::NoteSent(const std::string& region, bool delivered, int64_t now) {
+  const auto it = std::find(names_.begin(), names_.end(), region);
+  if (it == names_.end() || delivered) return;
+  std::lock_guard<std::mutex> lock(links_mu_);
+  send_failed_ms_[static_cast<size_t>(it - names_.begin())] = now;
+}
+
 Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t policy_digest,
-                                      uint64_t key_seed, int64_t now) {
+                                      uint64_t key_seed, const Ring& own, int64_t now) {
   const auto refuse = [&](std::string why) -> Result<int64_t> {
     counters_.reports_refused.fetch_add(1, std::memory_order_relaxed);
     return Error{std::move(why)};
@@ -398,6 +460,17 @@ Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t
   if (report.key_seed() != key_seed) {
     return refuse("region report from '" + region +
                   "' refused: its key-id seed differs (regions share one cluster secret)");
+  }
+  if (report.settings() != settings_) {
+    return refuse("region report from '" + region +
+                  "' refused: its region settings differ from this node's (the region names, "
+                  "region_floor and rebalance_interval must be the same in every region)");
+  }
+  if (!own.empty() && report.ring_version() != own.version()) {
+    return refuse("region report from '" + region + "' refused: it was routed by another list "
+                  "of this region's nodes than this node's (ring " +
+                  std::to_string(report.ring_version()) + ", here " +
+                  std::to_string(own.version()) + "); fix the regions list there");
   }
   const size_t from = static_cast<size_t>(it - names_.begin());
   const std::string node = report.node() ? report.node()->str().substr(0, kMaxNameBytes) : "";

@@ -68,6 +68,8 @@ class RegionShares {
   ~RegionShares();
 
   const RegionOptions& options() const { return options_; }
+  // What every region must share (the region names, floor and interval), as reports carry it.
+  uint64_t settings() const { return settings_; }
   // Every region, this one included, by name: the order of AllocateShares' demands.
   const std::vector<std::string>& names() const { return names_; }
 
@@ -98,14 +100,18 @@ class RegionShares {
 
   // A key handed to another node of this region (Node::Export) takes its share along: the
   // share in force and the share its state was last decided under (0, 0: none tracked).
-  std::pair<int64_t, int64_t> Carried(const KeyId& id) const;
+  std::pair<int64_t, int64_t> Carried(const KeyId& id);
   // The receiving side: a key handed here starts at the share it had, not at the floor
   // (ignored when this node tracks the key already, or the shares are not valid for it).
   void Adopt(int policy, const KeyId& id, int64_t share, int64_t state_share, int64_t now_ms);
 
-  // A report from another region: the number of keys taken, or what is wrong with it.
+  // A report from another region: the number of keys taken, or what is wrong with it. `own`
+  // is this node's ring (empty: a region of one node), which the sender must have routed by.
   Result<int64_t> Receive(const wire::RegionReport& report, uint64_t policy_digest,
-                          uint64_t key_seed, int64_t now_ms);
+                          uint64_t key_seed, const Ring& own, int64_t now_ms);
+  // Whether this node's reports to `region` were all delivered at this tick: one that was not
+  // (a one-way cut) makes that region count as not heard from, so nothing rises.
+  void NoteSent(const std::string& region, bool delivered, int64_t now_ms);
 
   // What this node knows, for limiterctl regions: this region first, then the others by name.
   struct View {
@@ -149,6 +155,8 @@ class RegionShares {
   std::unique_ptr<Shard[]> shards_;
   mutable std::mutex links_mu_;
   std::vector<int64_t> heard_ms_;        // per region index: any report; -1 never; links_mu_
+  std::vector<int64_t> send_failed_ms_;  // per region index: a report not delivered; links_mu_
+  uint64_t settings_ = 0;                // digest of what every region must share
   std::unordered_map<std::string, int64_t> node_heard_ms_;  // sender -> last report; links_mu_
   std::vector<std::shared_ptr<const Ring>> rings_;  // per region index (self: unused); links_mu_
   Counters counters_;

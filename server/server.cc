@@ -147,22 +147,28 @@ struct Server::Impl {
   Impl(Node& n, ServerOptions o) : node(n), options(std::move(o)) {}
 
   // The rebalancer: on every tick of the wall clock's multiples of the interval (so the
-  // regions' ticks line up), the other regions' DNS names, the demand, and this node's reports
+  // regions' ticks line up), the demand, and this node's reports
   // to every node of every other region (one thread per region, so that one slow region
   // delays no other); half an interval later, when every region's reports of the tick have
-  // come, the new shares (the same in every region that holds the same reports).
+  // come, the new shares (the same in every region that holds the same reports), and then the
+  // other regions' DNS names.
   void RunRegions(RegionShares& regions) {
     const int64_t interval = regions.options().rebalance_interval_ms;
     const std::string self =
         node.options().self.empty() ? options.listen : node.options().self;
     std::map<std::string, std::string> last_error;  // per destination: logged once
     std::mutex log_mu;
+    const auto wall = [] { return static_cast<int64_t>(WallClockGeneration()); };  // ms, 1970
+    // Waits until the wall clock reads `at` (through spurious wakeups); false once stopping.
     std::unique_lock<std::mutex> lock(sweep_mu);
-    while (!stopping) {
-      const int64_t wall = static_cast<int64_t>(WallClockGeneration());  // ms since 1970
-      sweep_cv.wait_for(lock, std::chrono::milliseconds((wall / interval + 1) * interval - wall));
-      if (stopping) break;
-      lock.unlock();
+    const auto wait_until = [&](int64_t at) {
+      for (int64_t now = wall(); !stopping && now < at; now = wall()) {
+        sweep_cv.wait_for(lock, std::chrono::milliseconds(at - now));
+      }
+      return !stopping.load();
+    };
+    // The other regions' DNS names.
+    const auto resolve = [&] {
       for (const RegionOptions::Other& other : regions.options().others) {
         if (other.members_dns.empty()) continue;
         Result<std::vector<std::string>> members = ResolveMembers(other.members_dns);
@@ -173,6 +179,13 @@ struct Server::Impl {
                        other.name.c_str(), members.error().c_str());
         }
       }
+    };
+    lock.unlock();
+    resolve();
+    lock.lock();
+    int64_t tick = (wall() / interval + 1) * interval;
+    while (wait_until(tick)) {
+      lock.unlock();
       regions.Measure(node.NowMs());
       std::map<std::string, std::vector<std::pair<std::string, std::vector<uint8_t>>>> by_region;
       for (auto& report : regions.Reports(self, node.policy_digest(), KeyIdSeedDigest())) {
@@ -187,9 +200,11 @@ struct Server::Impl {
       std::vector<std::thread> senders;
       for (auto& [region, reports] : by_region) {
         senders.emplace_back([&, region = region, &reports = reports] {
+          bool delivered = true;
           for (const auto& [member, body] : reports) {
             std::optional<std::string> error = region_peers->Send(member, body);
             if (error) regions.counters().send_errors.fetch_add(1);
+            delivered = delivered && !error;
             std::lock_guard<std::mutex> guard(log_mu);
             std::string& last = last_error[member];
             if (error && *error != last) {
@@ -200,16 +215,19 @@ struct Server::Impl {
             }
             last = error.value_or("");
           }
+          regions.NoteSent(region, delivered, node.NowMs());
         });
       }
       for (std::thread& t : senders) t.join();
       lock.lock();
-      const int64_t half = static_cast<int64_t>(WallClockGeneration());
-      const int64_t at = (half - interval / 2) / interval * interval + interval / 2 +
-                         (half % interval < interval / 2 ? 0 : interval);
-      sweep_cv.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, at - half)));
-      if (stopping) break;
+      // Half an interval after this tick (at once when the sends took longer): the shares.
+      if (!wait_until(tick + interval / 2)) break;
+      lock.unlock();
       regions.Rebalance(node.NowMs());
+      resolve();  // off the tick's path
+      lock.lock();
+      // The next tick; one missed (a send that took a whole interval) is skipped, not run late.
+      tick = std::max(tick + interval, (wall() / interval + 1) * interval);
     }
   }
 
@@ -406,10 +424,11 @@ std::optional<std::string> Server::Start() {
     s.peers = std::move(peers).value();
   }
   if (RegionShares* regions = s.node.regions()) {
-    // Reports cross regions: a connection may take most of an interval.
+    // Reports must land within half an interval (the shares are computed then): a peer that
+    // takes longer counts as not reached.
     Result<std::unique_ptr<Peers>> peers = Peers::Make(
         s.node, s.options.tls,
-        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms, 500, 5000)));
+        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms / 4, 50, 5000)));
     if (!peers) return "regions: " + peers.error();
     s.region_peers = std::move(peers).value();
   }

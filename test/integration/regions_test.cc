@@ -75,7 +75,9 @@ class RegionsLoopback : public ::testing::Test {
     for (Region& r : regions_) {
       std::ostringstream config;
       config << "listen: 127.0.0.1:" << r.port << "\nadmin: 127.0.0.1:0\npolicies: " << policies_
-             << "\nthreads: 1\nregion: " << r.name << "\nrebalance_interval: 1s\nregions:\n";
+             << "\nthreads: 1\nregion: " << r.name << "\nrebalance_interval: 1s\n"
+             // The address the other regions know this node by (its proxy): its reports say so.
+             << "self: " << r.proxy->address() << "\nregions:\n";
       for (const Region& other : regions_) {
         if (other.name == r.name) continue;
         config << "  - {name: " << other.name << ", members: [" << other.proxy->address()

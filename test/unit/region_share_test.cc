@@ -168,9 +168,12 @@ TEST(Reshaped, AWindowKeepsItsCount) {
   KeyLimiter k(Algorithm::kFixedWindow);
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(k.Decide(big, 100, 1).allowed);
   EXPECT_EQ(Admits(Reshaped(k, big, small, 200), small, 200, 10), 2);
-  EXPECT_TRUE(GlobalScopeError(Algorithm::kSlidingLog).has_value());
-  EXPECT_TRUE(GlobalScopeError(Algorithm::kLeakyBucket).has_value());
-  EXPECT_FALSE(GlobalScopeError(Algorithm::kSlidingWindow).has_value());
+  for (Algorithm a : {Algorithm::kSlidingLog, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
+                      Algorithm::kSlidingWindow}) {
+    EXPECT_TRUE(GlobalScopeError(a).has_value()) << AlgorithmName(a);
+  }
+  EXPECT_FALSE(GlobalScopeError(Algorithm::kGcra).has_value());
+  EXPECT_FALSE(GlobalScopeError(Algorithm::kTokenBucket).has_value());
 }
 
 }  // namespace

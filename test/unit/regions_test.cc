@@ -96,6 +96,10 @@ class Regions : public ::testing::Test {
                                                 KeyIdSeedDigest());
       for (const auto& [to, body] : reports) {
         const std::string region = to.substr(0, to.find('-'));
+        if (one_way_.count({name, region})) {  // lost on the way, and the sender knows it
+          r.node->regions()->NoteSent(region, false, r.clock->NowMs());
+          continue;
+        }
         if (cut.count(name) || cut.count(region)) continue;
         const wire::Reply& reply = Send(region, body);
         EXPECT_EQ(reply.ops()->Get(0)->status(), wire::Status::Ok)
@@ -156,6 +160,7 @@ class Regions : public ::testing::Test {
   std::vector<uint8_t> out_;
   std::vector<uint64_t> aligned_;
   int64_t steps_ = 0;
+  std::set<std::pair<std::string, std::string>> one_way_;  // (from, to) reports that fail
 };
 
 TEST_F(Regions, TheSharesFollowDemandAndTheFleetStaysWithinTheLimit) {
@@ -206,6 +211,24 @@ TEST_F(Regions, ARegionCutOffKeepsItsLastShareNeverMore) {
   EXPECT_EQ(Share("ap", "acme"), 40);
 }
 
+TEST_F(Regions, ALinkCutOneWayStopsTheRaisesOnBothSides) {
+  Drive({{"us", 50}, {"eu", 10}, {"ap", 1000}}, 12, "acme");
+  ASSERT_EQ(Share("us", "acme"), 50);
+  ASSERT_EQ(Share("ap", "acme"), 60);
+  // us's reports stop reaching ap (ap's still reach us), and us's demand jumps. From what it
+  // hears us would take 55, but ap, not hearing it, keeps 60: 125 in all. us knows its
+  // reports were lost, so it raises nothing; ap hears nothing from us and raises nothing.
+  one_way_ = {{"us", "ap"}};
+  const std::vector<int> fleet = Drive({{"us", 1000}, {"eu", 10}, {"ap", 1000}}, 12, "acme");
+  EXPECT_EQ(Share("us", "acme"), 50) << "us raised while its reports were lost";
+  EXPECT_LE(Share("us", "acme") + Share("eu", "acme") + Share("ap", "acme"), 120);
+  for (size_t s = 0; s < fleet.size(); ++s) EXPECT_LE(fleet[s], 120 + 12) << "second " << s;
+  one_way_.clear();
+  Drive({{"us", 1000}, {"eu", 10}, {"ap", 1000}}, 12, "acme");
+  EXPECT_EQ(Share("us", "acme"), 55);
+  EXPECT_EQ(Share("ap", "acme"), 55);
+}
+
 TEST_F(Regions, BeforeHearingFromEveryRegionAKeyGetsItsFloor) {
   // Nothing exchanged yet: the floor, 5% of 120 = 6, raised to the smallest share a GCRA with
   // B = 12 can hold (L / B = 10), whose burst is 1.
@@ -217,10 +240,12 @@ TEST_F(Regions, BeforeHearingFromEveryRegionAKeyGetsItsFloor) {
 }
 
 TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) {
-  const auto report = [&](const std::string& region, uint64_t digest) {
+  const uint64_t settings = node("us").regions()->settings();
+  const auto report = [&](const std::string& region, uint64_t digest, uint64_t with = 0) {
     flatbuffers::FlatBufferBuilder fbb;
     const auto r = wire::CreateRegionReport(fbb, fbb.CreateString(region),
-                                            fbb.CreateString("x:1"), digest, KeyIdSeedDigest());
+                                            fbb.CreateString("x:1"), digest, KeyIdSeedDigest(),
+                                            0, 0, with == 0 ? settings : with);
     const wire::Reply& reply = Send("us", FinishPeerRequest(fbb, wire::OpType::Regions,
                                                             wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
     const wire::OpReply* op = reply.ops()->Get(0);
@@ -231,8 +256,17 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
   EXPECT_NE(report("us", node("us").policy_digest()).find("not another region"),
             std::string::npos);
   EXPECT_NE(report("eu", 12345).find("policy file differs"), std::string::npos);
+  EXPECT_NE(report("eu", node("us").policy_digest(), 777).find("region settings differ"),
+            std::string::npos);
   EXPECT_EQ(report("eu", node("us").policy_digest()), "");
-  EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 3);
+  EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 4);
+  // A region whose nodes have another floor (or interval, or list of regions) computes other
+  // shares: refused.
+  NodeOptions other;
+  other.regions.region = "eu";
+  other.regions.floor = 0.4;
+  other.regions.others = {{"us", {"us-node:1"}, ""}, {"ap", {"ap-node:1"}, ""}};
+  EXPECT_NE(RegionShares(policies_, other.regions).settings(), settings);
 }
 
 // Two nodes of one region (us), a second region (eu) heard from by report: a global key whose
@@ -272,8 +306,10 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
   const KeyId id = protocol::LimitId(*p->Find("partner"), key, {});
   const auto heartbeat = [&] {  // eu says its link is up (no traffic of its own)
     flatbuffers::FlatBufferBuilder fbb;
-    const auto r = wire::CreateRegionReport(fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"),
-                                            nodes["a:1"]->policy_digest(), KeyIdSeedDigest());
+    // eu routes by its list of us's nodes: the same as theirs.
+    const auto r = wire::CreateRegionReport(
+        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_digest(),
+        KeyIdSeedDigest(), 0, Ring(both).version(), nodes["a:1"]->regions()->settings());
     send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
   };
   RequestBuilder b;
@@ -289,6 +325,17 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
     nodes["a:1"]->regions()->Measure(clocks["a:1"]->NowMs());
     heartbeat();
     nodes["a:1"]->regions()->Rebalance(clocks["a:1"]->NowMs());
+  }
+  // A report routed by another list of us's nodes is refused (its keys may be anyone's).
+  {
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto r = wire::CreateRegionReport(
+        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_digest(),
+        KeyIdSeedDigest(), 0, Ring({"a:1"}).version(), nodes["a:1"]->regions()->settings());
+    const wire::Reply& reply = send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions,
+                                                             wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+    EXPECT_NE(reply.ops()->Get(0)->error()->str().find("routed by another list"),
+              std::string::npos);
   }
   const int64_t share = nodes["a:1"]->regions()->ViewOf(0, &id, clocks["a:1"]->NowMs()).front().share;
   EXPECT_EQ(share, 110);  // 120 less eu's floor (L / B = 10)
