@@ -29,6 +29,7 @@
 #include "common/histogram.h"
 #include "common/policy.h"
 #include "common/ring.h"
+#include "common/shared_value.h"
 #include "server/region_shares.h"
 #include "server/store.h"
 
@@ -351,9 +352,9 @@ class Node {
   const NodeOptions options_;
   Store store_;
   std::unordered_map<std::string_view, int> policy_index_;
-  std::atomic<std::shared_ptr<const Membership>> membership_;
+  SharedValue<const Membership> membership_;
   const bool requires_secret_;
-  std::atomic<std::shared_ptr<const auth::Secrets>> secrets_;
+  SharedValue<const auth::Secrets> secrets_;
   // Lease ids: from a random start each life, so that a lease granted before a restart is
   // never mistaken for one granted after it.
   std::atomic<uint64_t> next_lease_id_;
