@@ -160,9 +160,12 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
               static_cast<double>(NowUs() - t0) / 1e6, static_cast<long long>(share["us"]),
               static_cast<long long>(share["eu"]), static_cast<long long>(share["ap"]),
               static_cast<long long>(kLimit));
-  EXPECT_EQ(share["us"], 60);
-  EXPECT_EQ(share["eu"], 50);
-  EXPECT_EQ(share["ap"], 10);
+  // About 60, 50 and 10: a gateway that sends a little less than its rate (a loaded machine)
+  // moves them by a unit or two.
+  EXPECT_NEAR(share["us"], 60, 3);
+  EXPECT_NEAR(share["eu"], 50, 3);
+  EXPECT_NEAR(share["ap"], 10, 3);
+  EXPECT_LE(share["us"] + share["eu"] + share["ap"], kLimit);
   {
     ctl::RegionsArgs args;  // as an operator sees it (the README quotes this)
     args.cluster = regions_[0].node.listen;
@@ -178,10 +181,10 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
     std::printf("$ limiterctl regions --cluster %s\n%s", args.cluster.c_str(), links.str().c_str());
     EXPECT_NE(links.str().find("up, heard"), std::string::npos) << links.str();
   }
-  // Every region holds the same picture of the others.
+  // Every region holds about the same picture of the others (a report is up to a tick old).
   const nlohmann::json from_ap = Shares(regions_[2]);
   for (const auto& r : from_ap["regions"]) {
-    EXPECT_EQ(r["share"].get<int64_t>(), share[r["region"].get<std::string>()]) << r.dump();
+    EXPECT_NEAR(r["share"].get<int64_t>(), share[r["region"].get<std::string>()], 3) << r.dump();
   }
   // Across the regions: every interval's admissions within B + L*t/W.
   std::vector<Admission> all;
