@@ -117,12 +117,15 @@ RegionShares::Shard& RegionShares::ShardOf(const KeyId& id) const {
   return shards_[(id.lo * 0x9E3779B97F4A7C15ull) >> 60];
 }
 
+int64_t RegionShares::FloorUnits(const Policy& p) const {
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(std::llround(options_.floor * static_cast<double>(p.rate.limit()))));
+}
+
 int64_t RegionShares::FloorShare(int policy) const {
   const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
   const int64_t n = static_cast<int64_t>(names_.size());
-  const int64_t floor = std::max<int64_t>(
-      1, static_cast<int64_t>(std::llround(options_.floor * static_cast<double>(p.rate.limit()))));
-  return std::max(ShareQuantum(p.algorithm, p.rate), std::min(floor, p.rate.limit() / n));
+  return std::max(ShareQuantum(p.algorithm, p.rate), std::min(FloorUnits(p), p.rate.limit() / n));
 }
 
 RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, int64_t now,
@@ -287,9 +290,7 @@ void RegionShares::Rebalance(int64_t now) {
             demands[i] = 0;  // up, and no traffic there for this key
           }
         }
-        const int64_t floor_units = std::max<int64_t>(
-            1, static_cast<int64_t>(std::llround(options_.floor * static_cast<double>(p.rate.limit()))));
-        target = AllocateShares(p.rate.limit(), demands, floor_units,
+        target = AllocateShares(p.rate.limit(), demands, FloorUnits(p),
                                 ShareQuantum(p.algorithm, p.rate))[self_];
       }
       // Lower at once; raise one interval later, to no more than was justified then.
@@ -338,15 +339,9 @@ void RegionShares::SetMembers(const std::string& region, std::vector<std::string
   rings_[static_cast<size_t>(it - names_.begin())] = std::move(ring);
 }
 
-std::vector<std::string> RegionShares::MembersOf(const std::string& region) const {
-  const auto it = std::find(names_.begin(), names_.end(), region);
-  std::lock_guard<std::mutex> lock(links_mu_);
-  if (it == names_.end() || !rings_[static_cast<size_t>(it - names_.begin())]) return {};
-  return rings_[static_cast<size_t>(it - names_.begin())]->members();
-}
-
-std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
-    const std::string& self, uint64_t policy_digest, uint64_t key_seed) {
+std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
+                                                        uint64_t policy_digest,
+                                                        uint64_t key_seed) {
   std::vector<std::shared_ptr<const Ring>> rings;
   {
     std::lock_guard<std::mutex> lock(links_mu_);
@@ -369,7 +364,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
       }
     }
   }
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  std::vector<Report> out;
   for (size_t i = 0; i < names_.size(); ++i) {
     for (size_t m = 0; m < keys[i].size(); ++m) {
       const std::vector<wire::KeyDemand>& all = keys[i][m];
@@ -383,7 +378,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> RegionShares::Reports(
             key_seed, list, rings[i]->version(), settings_);
         const std::span<const uint8_t> body = FinishPeerRequest(
             fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
-        out.emplace_back(rings[i]->members()[m], std::vector<uint8_t>(body.begin(), body.end()));
+        out.push_back({names_[i], rings[i]->members()[m], {body.begin(), body.end()}});
       }
     }
   }

@@ -91,12 +91,14 @@ class RegionShares {
   // This tick's reports (after Measure): a Request body (a Regions op) for every member of
   // every other region whose list is known, carrying the keys it owns that had traffic here.
   // `self` is this node's address, `policy_digest` and `key_seed` what the receivers check.
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> Reports(const std::string& self,
-                                                                    uint64_t policy_digest,
-                                                                    uint64_t key_seed);
+  struct Report {
+    std::string region;  // the receiving region
+    std::string member;  // and node
+    std::vector<uint8_t> body;
+  };
+  std::vector<Report> Reports(const std::string& self, uint64_t policy_digest, uint64_t key_seed);
   // The member list of another region (static, or its DNS answer).
   void SetMembers(const std::string& region, std::vector<std::string> members);
-  std::vector<std::string> MembersOf(const std::string& region) const;
 
   // A key handed to another node of this region (Node::Export) takes its share along: the
   // share in force and the share its state was last decided under (0, 0: none tracked).
@@ -144,6 +146,7 @@ class RegionShares {
   struct Shard;
   Shard& ShardOf(const KeyId& id) const;
   int64_t DemandOf(const Record& r, int64_t now_ms) const;
+  int64_t FloorUnits(const Policy& p) const;  // region_floor of L, at least one unit
   int64_t FloorShare(int policy) const;
   Record* Find(Shard& s, int policy, const KeyId& id, int64_t now_ms, bool create);
 

@@ -187,31 +187,25 @@ struct Server::Impl {
     while (wait_until(tick)) {
       lock.unlock();
       regions.Measure(node.NowMs());
-      std::map<std::string, std::vector<std::pair<std::string, std::vector<uint8_t>>>> by_region;
+      std::map<std::string, std::vector<RegionShares::Report>> by_region;
       for (auto& report : regions.Reports(self, node.policy_digest(), KeyIdSeedDigest())) {
-        for (const RegionOptions::Other& other : regions.options().others) {
-          const std::vector<std::string> members = regions.MembersOf(other.name);
-          if (std::find(members.begin(), members.end(), report.first) != members.end()) {
-            by_region[other.name].push_back(std::move(report));
-            break;
-          }
-        }
+        by_region[report.region].push_back(std::move(report));
       }
       std::vector<std::thread> senders;
       for (auto& [region, reports] : by_region) {
         senders.emplace_back([&, region = region, &reports = reports] {
           bool delivered = true;
-          for (const auto& [member, body] : reports) {
-            std::optional<std::string> error = region_peers->Send(member, body);
+          for (const RegionShares::Report& report : reports) {
+            std::optional<std::string> error = region_peers->Send(report.member, report.body);
             if (error) regions.counters().send_errors.fetch_add(1);
             delivered = delivered && !error;
             std::lock_guard<std::mutex> guard(log_mu);
-            std::string& last = last_error[member];
+            std::string& last = last_error[report.member];
             if (error && *error != last) {
               std::fprintf(stderr, "limiterd: region %s: %s\n", region.c_str(), error->c_str());
             } else if (!error && !last.empty()) {
               std::fprintf(stderr, "limiterd: region %s: %s reached again\n", region.c_str(),
-                           member.c_str());
+                           report.member.c_str());
             }
             last = error.value_or("");
           }

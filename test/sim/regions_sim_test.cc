@@ -116,9 +116,8 @@ class RegionsSim : public ::testing::Test {
           r.next_tick_wall += kIntervalMs;
           r.rebalanced = false;
           r.node->regions()->Measure(r.clock->NowMs());
-          for (auto& [to, body] : r.node->regions()->Reports(
+          for (auto& [region, to, body] : r.node->regions()->Reports(
                    name + ":1", r.node->policy_digest(), KeyIdSeedDigest())) {
-            const std::string region = to.substr(0, to.find(':'));
             if (cut_.count(name) || cut_.count(region)) continue;
             in_flight_.push_back({now_ms_ + kLatencyMs, region, std::move(body)});
           }

@@ -94,8 +94,7 @@ class Regions : public ::testing::Test {
     for (auto& [name, r] : regions_) {
       auto reports = r.node->regions()->Reports(Address(name), r.node->policy_digest(),
                                                 KeyIdSeedDigest());
-      for (const auto& [to, body] : reports) {
-        const std::string region = to.substr(0, to.find('-'));
+      for (const auto& [region, to, body] : reports) {
         if (one_way_.count({name, region})) {  // lost on the way, and the sender knows it
           r.node->regions()->NoteSent(region, false, r.clock->NowMs());
           continue;
