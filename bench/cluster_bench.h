@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -43,7 +45,25 @@ struct ClusterBenchOptions {
   bool vs_redis = false;             // also run one EVALSHA per request against redis-server
   std::string redis_server = "redis-server";
   uint64_t seed = 1;
+  // --part I/N: run gateways I, I+N, ... only, and write a partial report (--json) for
+  // `limiter-bench merge`.
+  int part = 0, parts = 1;
+  // --find-max: step the rate up until p99 > 1 ms or under 99.9% achieved.
+  bool find_max = false;
 };
+
+// "I/N" with 0 <= I < N, or nullopt.
+std::optional<std::pair<int, int>> ParsePart(const std::string& text);
+
+struct MergeOptions {
+  std::vector<std::string> parts;  // partial reports (JSON; their .records beside them)
+  std::string policies;            // the scenario's policy file
+  std::string json_file, report_dir;
+};
+
+// Merges partial reports into the report of the whole run. 0, 1 when a file could not be
+// read or written or the parts do not belong together, 2 for bad options.
+int RunMerge(const MergeOptions& options, std::ostream& out, std::ostream& err);
 
 // Runs the scenario, writing a progress line a second and then the report to `out`; errors,
 // one line each, to `err`. Returns 0, or 1 when the cluster could not be started or reached

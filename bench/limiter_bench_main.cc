@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bench/cluster_bench.h"
+#include "bench/fleet_sim.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
 #include "bench/regions_bench.h"
@@ -152,8 +153,80 @@ int main(int argc, char** argv) {
   cluster->add_option("--redis-server", c.redis_server, "redis-server binary")
       ->capture_default_str();
   cluster->add_option("--seed", c.seed, "Seed of the arrivals")->capture_default_str();
+  std::string part;
+  cluster->add_option("--part", part,
+                      "I/N: run gateways I, I+N, ... of the scenario against --cluster and write "
+                      "a partial report (--json) for limiter-bench merge");
+  cluster->add_flag("--find-max", c.find_max,
+                    "Step the rate up by 25% from --rate (default 10000) until p99 > 1 ms or "
+                    "under 99.9% achieved; report the highest that passed");
+
+  limiter::bench::MergeOptions m;
+  m.policies = LIMITER_CLUSTER_POLICIES;
+  CLI::App* merge = app.add_subcommand(
+      "merge", "Merge the partial reports of a cluster run split with --part into one report");
+  merge->add_option("parts", m.parts, "Partial reports (JSON files; their .records beside them)")
+      ->required();
+  merge->add_option("--policies", m.policies, "The scenario's policy file")->capture_default_str();
+  merge->add_option("--json", m.json_file, "Write the merged report as JSON to this file");
+  merge->add_option("--report", m.report_dir,
+                    "Also write report.md, per_second.tsv and chart.png into this directory");
 
   limiter::bench::RegionsBenchOptions g;
+  limiter::bench::FleetSimOptions sim_o;
+  sim_o.policies = LIMITER_CLUSTER_POLICIES;
+  CLI::App* sim = app.add_subcommand(
+      "sim", "The 50k or 500k scenario in simulated time: every gateway and node with the real "
+             "code, modelled network and node queues, faults; deterministic");
+  sim->add_option("--scenario", sim_o.scenario, "50k or 500k")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"50k", "500k"}));
+  sim->add_option("--gateways", sim_o.gateways, "Gateways (default: the scenario's, 40 or 100)")
+      ->check(CLI::Range(1, 65535));
+  sim->add_option("--nodes", sim_o.nodes, "Nodes (default: the scenario's, 3 or 4)")
+      ->check(CLI::Range(1, 1024));
+  sim->add_option("--rate", sim_o.rate, "Requests/s (default: the scenario's)")
+      ->check(CLI::Range(1.0, 1e8));
+  sim->add_option("--duration", sim_o.duration_s, "Simulated seconds measured")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
+  sim->add_option("--warmup", sim_o.warmup_s, "Simulated seconds before the measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  sim->add_option("--seed", sim_o.seed, "Seed of every random draw")->capture_default_str();
+  sim->add_option("--faults", sim_o.faults,
+                  "Fault schedule, e.g. \"kill node 1 at 4s, restart at 7s; hot tenant at 2s\" "
+                  "(bench/sim_faults.h)");
+  sim->add_option("--policies", sim_o.policies, "Policy file of nodes and gateways")
+      ->capture_default_str();
+  sim->add_option("--deadline-us", sim_o.deadline_us, "Each gateway's store-call deadline")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{10'000'000}));
+  sim->add_option("--spread", sim_o.spread, "How requests reach gateways: even, random, sticky")
+      ->capture_default_str();
+  sim->add_option("--rtt-median-us", sim_o.model.one_way_median_us,
+                  "Median one-way network delay (a round trip is two)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  sim->add_option("--rtt-sigma", sim_o.model.one_way_sigma, "Log-normal shape of each delay: the tail")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3.0));
+  sim->add_option("--node-frame-us", sim_o.model.frame_us,
+                  "A node's service time per frame (from limiter-bench node --batch 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  sim->add_option("--node-op-us", sim_o.model.op_us,
+                  "A node's service time per op (from limiter-bench node --batch 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  sim->add_option("--node-threads", sim_o.model.threads, "Workers per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sim->add_option("--json", sim_o.json_file, "Also write the report as JSON to this file");
+  sim->add_option("--report", sim_o.report_dir,
+                  "Also write report.md, per_second.tsv and chart.png into this directory");
+  sim->add_flag("--quiet", sim_o.quiet, "No progress line per simulated second");
+
   CLI::App* regions = app.add_subcommand(
       "regions", "Regions sharing one global limit through delay proxies; demand that moves");
   regions->add_option("--regions", g.regions, "Regions, one local node each")
@@ -196,8 +269,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.access = h.access = c.access = g.access = *access;
+  if (sim->parsed()) return limiter::bench::RunFleetSim(sim_o, std::cout, std::cerr);
   if (regions->parsed()) return limiter::bench::RunRegionsBench(g, std::cout, std::cerr);
+  if (merge->parsed()) return limiter::bench::RunMerge(m, std::cout, std::cerr);
   if (cluster->parsed()) {
+    if (!part.empty()) {
+      const auto parsed = limiter::bench::ParsePart(part);
+      if (!parsed) {
+        std::cerr << "limiter-bench: --part: want I/N with 0 <= I < N, got '" << part << "'\n";
+        return 2;
+      }
+      c.part = parsed->first;
+      c.parts = parsed->second;
+    }
     if (!cluster_list.empty()) {
       limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(cluster_list);
       if (!list) {

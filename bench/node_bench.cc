@@ -39,6 +39,19 @@ struct Report {
   MemoryReport memory;
   LoadResult node;
   std::optional<LoadResult> redis;
+  // A local node's CPU over the load (from /proc), per frame and per check: the costs
+  // `limiter-bench sim` models a node with.
+  std::optional<double> node_cpu_s;
+  double us_per_frame() const {
+    const double frames = static_cast<double>(node.counts.checks) / std::max(1, batch);
+    return node_cpu_s && frames > 0 ? *node_cpu_s * 1e6 / frames : 0;
+  }
+  double us_per_check() const {
+    return node_cpu_s && node.counts.checks > 0
+               ? *node_cpu_s * 1e6 / static_cast<double>(node.counts.checks)
+               : 0;
+  }
+  int batch = 1;
 };
 
 std::string Format(const char* format, auto... args) {
@@ -105,6 +118,10 @@ void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
   }
 
   out << ResultLine("node", r.node) << '\n' << "       " << CountsLine(r.node.counts) << '\n';
+  if (r.node_cpu_s) {
+    out << Format("cpu:    the node used %.2f CPU s: %.2f us per frame, %.3f us per check\n",
+                  *r.node_cpu_s, r.us_per_frame(), r.us_per_check());
+  }
   if (r.redis) {
     out << ResultLine("redis", *r.redis) << '\n'
         << "       " << CountsLine(r.redis->counts) << '\n';
@@ -157,6 +174,11 @@ void WriteJson(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
     j["bytes_per_key"] = nullptr;
   }
   j["warmup_errors"] = m.warm_up.errors;
+  if (r.node_cpu_s) {
+    j["node_cpu_s"] = *r.node_cpu_s;
+    j["node_cpu_us_per_frame"] = r.us_per_frame();
+    j["node_cpu_us_per_check"] = r.us_per_check();
+  }
   j["warmup_evictions"] = m.after.evictions - m.before.evictions;
   if (r.redis) {
     AddLoad(j, "redis_", *r.redis);
@@ -284,6 +306,9 @@ int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err
   if (!memory) return fail("node " + report.address + ": " + memory.error());
   report.memory = *memory;
 
+  report.batch = o.shape.batch;
+  const std::optional<double> cpu_before =
+      local.process ? CpuSeconds(local.process->pid()) : std::nullopt;
   Result<LoadResult> node =
       RunOver(o.connections, o.shape, [&]() -> Result<std::unique_ptr<LoadChannel>> {
         auto channel = NodeChannel::Connect(report.address, o.policy, o.access);
@@ -292,6 +317,11 @@ int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err
       });
   if (!node) return fail("node " + report.address + ": " + node.error());
   report.node = std::move(node).value();
+  if (cpu_before) {
+    if (const std::optional<double> after = CpuSeconds(local.process->pid())) {
+      report.node_cpu_s = *after - *cpu_before;
+    }
+  }
   local = LocalNode();  // stopped: the redis run has the machine to itself
 
   if (o.vs_redis) {

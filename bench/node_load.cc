@@ -194,6 +194,11 @@ Result<NodeStats> ReadNodeStats(NodeConnection& connection) {
         have_rss = true;
       } else if (name == "evictions") {
         stats.evictions = stat->value();
+      } else if (name == "frames") {
+        stats.frames = stat->value();
+      } else if (name.starts_with("ops_check_") || name.starts_with("ops_lease_") ||
+                 name.starts_with("ops_return_")) {
+        stats.store_ops += stat->value();
       }
     }
   }

@@ -66,6 +66,8 @@ struct NodeStats {
   int64_t keys = 0;
   int64_t resident_bytes = 0;
   int64_t evictions = 0;
+  int64_t frames = 0;     // request frames handled
+  int64_t store_ops = 0;  // CHECK, LEASE and RETURN ops answered
 };
 Result<NodeStats> ReadNodeStats(NodeConnection& connection);
 

@@ -32,6 +32,8 @@ void SetKeyIdSeed(uint64_t seed) {
   seed_value = seed;
 }
 
+bool KeyIdSeedUsed() { return seed_used.load(); }
+
 uint64_t KeyIdSeedDigest() {
   const uint64_t seed = KeyIdSeed();
   return XXH3_64bits_withSeed(&seed, sizeof(seed), 0x7365656420646967);  // "seed dig"

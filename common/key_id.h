@@ -49,6 +49,8 @@ uint64_t KeyIdSeed();
 // Sets the seed; only before the first id is made (a crash otherwise). limiterd calls it at
 // start with the cluster's seed.
 void SetKeyIdSeed(uint64_t seed);
+// Whether an id was made already (SetKeyIdSeed with another seed would abort).
+bool KeyIdSeedUsed();
 // A digest of the seed that does not reveal it, for two nodes to compare theirs.
 uint64_t KeyIdSeedDigest();
 

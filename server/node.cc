@@ -41,7 +41,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
       options_(std::move(options)),
       store_(policies, options_.store),
       requires_secret_(!options_.secrets.empty()),
-      next_lease_id_(RandomLeaseIdStart()),
+      next_lease_id_(options_.lease_id_start != 0 ? options_.lease_id_start : RandomLeaseIdStart()),
       started_ms_(clock.NowMs()),
       pending_(std::make_unique<std::atomic<uint8_t>[]>(Ring::kSlots)),
       policy_digest_(PolicyDigest()) {

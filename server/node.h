@@ -84,6 +84,9 @@ struct NodeOptions {
   // Regions (region_shares.h): with a region named, `scope: global` limits are enforced as
   // this region's share. Checked by RegionShares::Check.
   RegionOptions regions;
+  // The first lease id; 0: a random one (what a real node wants: ids never repeat across
+  // restarts). Simulations fix it so that a seeded run repeats exactly.
+  uint64_t lease_id_start = 0;
 };
 
 // What one hand-off (Node::Export) did.

@@ -1,7 +1,6 @@
-// Simulated time and network for client tests: one event queue that fires in a fixed order
-// (time, then order of scheduling), a Transport that hands frames to real Nodes after a
-// simulated latency, and a Clock for those Nodes that reads the simulated time. Single
-// threaded: everything runs inside RunUntil.
+// A simulated network for client tests: a Transport that hands each op to a real Node after a
+// simulated latency, and a cluster of real Nodes and gateways on one simulated clock
+// (bench/sim_scheduler.h). Single threaded: everything runs inside RunUntil.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +17,7 @@
 
 #include "client/client_core.h"
 #include "client/request_builder.h"
+#include "bench/sim_scheduler.h"
 #include "client/scheduler.h"
 #include "client/transport.h"
 #include "client/wire_convert.h"
@@ -28,59 +28,6 @@
 #include "server/node.h"
 
 namespace limiter::sim {
-
-class SimScheduler final : public Scheduler {
- public:
-  explicit SimScheduler(int64_t start_us = 1'000'000'000) : now_us_(start_us) {}
-
-  int64_t NowUs() const override { return now_us_; }
-  void Post(std::function<void()> fn) override { After(0, std::move(fn)); }
-  uint64_t After(int64_t delay_us, std::function<void()> fn) override {
-    const uint64_t id = next_id_++;
-    auto it = queue_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_us), id),
-                             std::move(fn));
-    by_id_.emplace(id, it.first);
-    return id;
-  }
-  void Offload(std::function<void()> fn) override { Post(std::move(fn)); }
-  void Cancel(uint64_t timer) override {
-    auto it = by_id_.find(timer);
-    if (it == by_id_.end()) return;
-    queue_.erase(it->second);
-    by_id_.erase(it);
-  }
-
-  // Runs every event due up to `until_us`, in order, then sets the clock to it.
-  void RunUntil(int64_t until_us) {
-    while (!queue_.empty() && queue_.begin()->first.first <= until_us) {
-      auto it = queue_.begin();
-      now_us_ = it->first.first;
-      std::function<void()> fn = std::move(it->second);
-      by_id_.erase(it->first.second);
-      queue_.erase(it);
-      fn();
-    }
-    now_us_ = std::max(now_us_, until_us);
-  }
-  void RunFor(int64_t us) { RunUntil(now_us_ + us); }
-
- private:
-  using Queue = std::map<std::pair<int64_t, uint64_t>, std::function<void()>>;
-  int64_t now_us_;
-  uint64_t next_id_ = 1;
-  Queue queue_;
-  std::unordered_map<uint64_t, Queue::iterator> by_id_;
-};
-
-// A node's clock that is the simulation's clock.
-class SimClock final : public Clock {
- public:
-  explicit SimClock(const SimScheduler& s) : s_(s) {}
-  int64_t NowMs() const override { return s_.NowUs() / 1000; }
-
- private:
-  const SimScheduler& s_;
-};
 
 class SimTransport final : public Transport {
  public:

@@ -1,0 +1,243 @@
+#include "bench/sim_network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+
+#include "client/request_builder.h"
+#include "client/wire_convert.h"
+#include "common/frame_codec.h"
+#include "common/wire.h"
+
+namespace limiter::bench {
+
+struct SimNetwork::Pending {
+  uint64_t id = 0;
+  OpSpec op;
+  Transport::Callback done;
+};
+
+struct SimNetwork::SimNode {
+  std::string address;
+  std::unique_ptr<Node> node;
+  Node::Worker* worker = nullptr;
+  bool up = true;
+  uint64_t life = 0;  // bumped by Kill: frames queued before it are answered with a reset
+  double slow = 1;
+  std::vector<int64_t> free_at_us;  // per worker
+  std::deque<int64_t> queued_until;  // service starts of frames waiting now (they only grow)
+  NodeLoad load;
+};
+
+// One gateway's connections: ops sent in one instant share a frame per node.
+class SimNetwork::GatewayTransport final : public Transport {
+ public:
+  GatewayTransport(SimNetwork& net, int gateway) : net_(net), gateway_(gateway) {}
+
+  void Send(const std::string& address, OpSpec op, Callback done) override {
+    const std::optional<size_t> node = net_.Find(address);
+    if (!node) {
+      net_.s_.Post([done] { done(CallResult{CallStatus::kConnection, "no such node", {}}); });
+      return;
+    }
+    ++net_.sent_[static_cast<size_t>(op.kind)];
+    std::vector<Pending>& batch = batches_[*node];
+    batch.push_back({next_id_++, std::move(op), std::move(done)});
+    if (batch.size() >= net_.model_.max_ops_per_frame) {
+      Flush(*node);
+    } else if (batch.size() == 1) {
+      net_.s_.Post([this, n = *node] { Flush(n); });
+    }
+  }
+  void Disconnect(const std::string&) override {}
+
+ private:
+  void Flush(size_t node) {
+    auto it = batches_.find(node);
+    if (it == batches_.end() || it->second.empty()) return;
+    std::vector<Pending> batch = std::move(it->second);
+    it->second.clear();
+    net_.Deliver(gateway_, node, std::move(batch));
+  }
+
+  SimNetwork& net_;
+  const int gateway_;
+  uint64_t next_id_ = 1;
+  std::map<size_t, std::vector<Pending>> batches_;
+};
+
+SimNetwork::SimNetwork(sim::SimScheduler& scheduler, const Clock& clock,
+                       const PolicySet& policies, NetworkModel model, uint64_t seed)
+    : s_(scheduler),
+      clock_(clock),
+      policies_(policies),
+      model_(model),
+      rng_(seed),
+      delay_(std::log(std::max(1.0, model.one_way_median_us)), model.one_way_sigma) {}
+
+SimNetwork::~SimNetwork() = default;
+
+Node& SimNetwork::AddNode(const std::string& address, NodeOptions options) {
+  auto n = std::make_unique<SimNode>();
+  n->address = address;
+  n->node = std::make_unique<Node>(policies_, clock_, std::move(options));
+  n->worker = &n->node->AddWorker();
+  n->free_at_us.assign(static_cast<size_t>(std::max(1, model_.threads)), 0);
+  nodes_.push_back(std::move(n));
+  return *nodes_.back()->node;
+}
+
+Transport& SimNetwork::AddGateway(int gateway) {
+  gateways_.push_back(std::make_unique<GatewayTransport>(*this, gateway));
+  return *gateways_.back();
+}
+
+const std::string& SimNetwork::address(size_t node) const { return nodes_[node]->address; }
+Node& SimNetwork::node(size_t node) { return *nodes_[node]->node; }
+const SimNetwork::NodeLoad& SimNetwork::load(size_t node) const { return nodes_[node]->load; }
+bool SimNetwork::up(size_t node) const { return nodes_[node]->up; }
+
+std::optional<size_t> SimNetwork::Find(const std::string& address) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->address == address) return i;
+  }
+  return std::nullopt;
+}
+
+void SimNetwork::Kill(size_t node) {
+  SimNode& n = *nodes_[node];
+  n.up = false;
+  ++n.life;
+}
+
+void SimNetwork::Restart(size_t node, NodeOptions options) {
+  SimNode& n = *nodes_[node];
+  n.node = std::make_unique<Node>(policies_, clock_, std::move(options));
+  n.worker = &n.node->AddWorker();
+  n.up = true;
+  ++n.life;
+  std::fill(n.free_at_us.begin(), n.free_at_us.end(), 0);
+}
+
+void SimNetwork::Slow(size_t node, double factor) { nodes_[node]->slow = factor; }
+
+void SimNetwork::Cut(int from, int to, size_t node, bool cut) {
+  std::erase_if(cut_, [&](const CutRange& c) { return c.from == from && c.to == to && c.node == node; });
+  if (cut) cut_.push_back({from, to, node});
+}
+
+bool SimNetwork::IsCut(int gateway, size_t node) const {
+  return std::any_of(cut_.begin(), cut_.end(), [&](const CutRange& c) {
+    return c.node == node && gateway >= c.from && gateway <= c.to;
+  });
+}
+
+int64_t SimNetwork::OneWayUs() {
+  return std::max<int64_t>(1, std::llround(delay_(rng_)));
+}
+
+void SimNetwork::Deliver(int gateway, size_t node, std::vector<Pending> batch) {
+  if (IsCut(gateway, node)) return;  // lost: the client's deadline answers
+  RequestBuilder b;
+  for (const Pending& p : batch) AddOp(b, p.id, p.op);
+  const std::span<const uint8_t> body = b.Finish();
+  std::vector<uint8_t> frame(body.begin(), body.end());
+  const uint64_t life = nodes_[node]->life;
+  s_.After(OneWayUs(), [this, gateway, node, life, frame = std::move(frame),
+                        batch = std::move(batch)]() mutable {
+    SimNode& n = *nodes_[node];
+    if (!n.up || n.life != life || IsCut(gateway, node)) {
+      if (IsCut(gateway, node)) return;
+      Answer(gateway, node, std::move(batch), {});  // a reset
+      return;
+    }
+    // The worker that frees first takes it (FIFO over identical workers).
+    const int64_t now = s_.NowUs();
+    auto worker = std::min_element(n.free_at_us.begin(), n.free_at_us.end());
+    const int64_t start = std::max(now, *worker);
+    const double service =
+        (model_.frame_us + model_.op_us * static_cast<double>(batch.size())) * n.slow;
+    const int64_t end = start + std::max<int64_t>(1, std::llround(service));
+    *worker = end;
+    n.load.busy_us += service;
+    n.load.busy_by_second[start / 1'000'000] += service;
+    n.load.queue_wait_us.Record(static_cast<uint64_t>(start - now));
+    while (!n.queued_until.empty() && n.queued_until.front() <= now) n.queued_until.pop_front();
+    if (start > now) n.queued_until.push_back(start);
+    n.load.most_queued = std::max<int64_t>(n.load.most_queued,
+                                           static_cast<int64_t>(n.queued_until.size()));
+    s_.After(end - now, [this, gateway, node, life, frame = std::move(frame),
+                         batch = std::move(batch)]() mutable {
+      Serve(gateway, node, life, std::move(frame), std::move(batch));
+    });
+  });
+}
+
+void SimNetwork::Serve(int gateway, size_t node, uint64_t life, std::vector<uint8_t> frame,
+                       std::vector<Pending> batch) {
+  SimNode& n = *nodes_[node];
+  if (!n.up || n.life != life) {
+    Answer(gateway, node, std::move(batch), {});
+    return;
+  }
+  std::vector<uint8_t> out;
+  n.node->HandleFrame(*n.worker, frame, out);
+  ++n.load.frames;
+  n.load.ops += batch.size();
+  std::vector<CallResult> results(batch.size());
+  const FrameResult f = DecodeFrame(out, 64u << 20);
+  std::vector<uint64_t> aligned;
+  const wire::Reply* reply = VerifiedReply(f.body, aligned);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const wire::OpReply* op = nullptr;
+    if (reply && reply->ops() && i < reply->ops()->size()) op = reply->ops()->Get(static_cast<unsigned>(i));
+    if (op == nullptr || op->id() != batch[i].id) {
+      results[i] = CallResult{CallStatus::kConnection, "bad reply", {}};
+    } else {
+      results[i].answer = FromWire(*op);
+    }
+  }
+  Answer(gateway, node, std::move(batch), std::move(results));
+}
+
+// Empty `results`: the connection was reset.
+void SimNetwork::Answer(int gateway, size_t node, std::vector<Pending> batch,
+                        std::vector<CallResult> results) {
+  if (IsCut(gateway, node)) return;
+  s_.After(OneWayUs(), [batch = std::move(batch), results = std::move(results)]() mutable {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i].done(results.empty() ? CallResult{CallStatus::kConnection, "reset", {}}
+                                    : std::move(results[i]));
+    }
+  });
+}
+
+void SimNetwork::RunHandoffs(size_t node) {
+  const Node::HandoffSink sink = [this](const std::string& member,
+                                        std::span<const uint8_t> frame) -> int64_t {
+    const std::optional<size_t> to = Find(member);
+    if (!to || !nodes_[*to]->up) return -1;
+    SimNode& target = *nodes_[*to];
+    std::vector<uint8_t> out;
+    target.node->HandleFrame(*target.worker, frame, out);
+    std::vector<uint64_t> aligned;
+    const wire::Reply* r = VerifiedReply(DecodeFrame(out, 64u << 20).body, aligned);
+    if (r == nullptr || r->ops() == nullptr || r->ops()->size() != 1) return -1;
+    const wire::OpReply* op = r->ops()->Get(0);
+    return op->status() == wire::Status::Ok ? op->granted() : -1;
+  };
+  if (!nodes_[node]->up) return;
+  while (nodes_[node]->node->RunNextHandoff(sink, std::chrono::milliseconds(0))) {
+  }
+}
+
+void SimNetwork::Periodic(bool tick) {
+  for (auto& n : nodes_) {
+    if (!n->up) continue;
+    n->node->Sweep();
+    if (tick) n->node->Tick();
+  }
+}
+
+}  // namespace limiter::bench
