@@ -81,6 +81,13 @@ Result<RunTotals> ReadPartial(const std::string& json_path);
 nlohmann::json BuildReport(const RunTotals& run, const PolicySet& policies,
                            const Workload& workload, std::string* markdown);
 
+// The accuracy's worst keys as JSON, and that JSON as a line of a report's table.
+nlohmann::json WorstJson(const WorstKey& w);
+std::string WorstText(const nlohmann::json& w);
+
+// The Markdown table of a `limiter-bench sim` report (bench/fleet_sim.h).
+std::string SimMarkdown(const nlohmann::json& report);
+
 // The per-second chart rows of a report.
 std::vector<ChartRow> ChartRowsOf(const RunTotals& run);
 

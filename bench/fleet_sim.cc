@@ -14,6 +14,7 @@
 
 #include "bench/cluster_workload.h"
 #include "bench/fleet_accounting.h"
+#include "bench/fleet_report.h"
 #include "bench/report_chart.h"
 #include "bench/sim_faults.h"
 #include "client/client_core.h"
@@ -326,14 +327,6 @@ std::vector<std::vector<uint16_t>> FleetSim::Resets() const {
   return resets;
 }
 
-Json WorstJson(const WorstKey& w) {
-  if (!w.found) return nullptr;
-  return {{"policy", w.policy},           {"key", w.key},
-          {"class", w.limit_class},       {"admitted", w.admitted},
-          {"interval_ms", w.interval_ms}, {"allowed", w.allowed},
-          {"excess", w.excess},           {"within_allowance", w.within_allowance}};
-}
-
 Json FleetSim::Report() const {
   std::string error;
   const std::vector<KindLimits> limits = LimitsOf(policies_, s_.gateways, &error);
@@ -465,84 +458,6 @@ std::string Fmt(const char* format, auto... args) {
   return buf;
 }
 
-std::string WorstText(const Json& w) {
-  if (w.is_null()) return "none";
-  return Fmt("%s %s (%s): %" PRId64 " admitted in %.1f ms, %.1f allowed", w["policy"].get<std::string>().c_str(),
-             w["key"].get<std::string>().c_str(), w["class"].get<std::string>().c_str(),
-             w["admitted"].get<int64_t>(), w["interval_ms"].get<double>(), w["allowed"].get<double>());
-}
-
-std::string Markdown(const Json& r) {
-  std::string md = "# limiter-bench sim: scenario " + r["scenario"].get<std::string>() + "\n\n";
-  md += Fmt("%d gateways, %d nodes (%d workers each), %.0f simulated s measured after a %.0f s warm-up, "
-            "spread %s, seed %" PRIu64 "\n\n",
-            r["gateways"].get<int>(), r["nodes"].get<int>(), r["model"]["node_threads"].get<int>(),
-            r["duration_s"].get<double>(), r["warmup_s"].get<double>(),
-            r["spread"].get<std::string>().c_str(), r["seed"].get<uint64_t>());
-  const Json& m = r["model"];
-  md += Fmt("Model: one-way delay log-normal, median %.0f us, sigma %.2f; a node frame costs %.2f us + "
-            "%.2f us per op.\n\n",
-            m["one_way_median_us"].get<double>(), m["one_way_sigma"].get<double>(),
-            m["node_frame_us"].get<double>(), m["node_op_us"].get<double>());
-  if (!r["faults"].empty()) {
-    md += "Faults:";
-    for (const Json& f : r["faults"]) md += " `" + f.get<std::string>() + "`";
-    md += "\n\n";
-  }
-  md += "| measure | value |\n|---|---|\n";
-  auto row = [&](const std::string& name, const std::string& value) {
-    md += "| " + name + " | " + value + " |\n";
-  };
-  row("offered requests/s", Fmt("%.0f", r["offered_rps"].get<double>()));
-  row("achieved decisions/s", Fmt("%.0f (%.3f%% of offered)", r["achieved_rps"].get<double>(),
-                                  100 * r["achieved_ratio"].get<double>()));
-  row("allowed / denied / errors", Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64, r["allowed"].get<uint64_t>(),
-                                       r["denied"].get<uint64_t>(), r["errors"].get<uint64_t>()));
-  row("by source (store / lease / fallback)",
-      Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64, r["by_source"]["store"].get<uint64_t>(),
-          r["by_source"]["lease"].get<uint64_t>(), r["by_source"]["fallback"].get<uint64_t>()));
-  row("store operations/s", Fmt("%.0f (1 per %.1f requests)", r["store_ops_per_s"].get<double>(),
-                                1 / std::max(1e-9, r["store_ops_per_request"].get<double>())));
-  row("store-op floor/s", Fmt("%.0f (store ops %.3fx the floor)", r["store_ops_floor_per_s"].get<double>(),
-                              r["store_ops_to_floor"].get<double>()));
-  row("simulated added latency p50 / p99 / p999 / max",
-      Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64 " / %" PRIu64 " us", r["p50_us"].get<uint64_t>(),
-          r["p99_us"].get<uint64_t>(), r["p999_us"].get<uint64_t>(), r["max_us"].get<uint64_t>()));
-  row("keys over the promise, no fallback (charge time)",
-      Fmt("%" PRIu64 " of %" PRIu64 " checked", r["keys_over_promise"].get<uint64_t>(),
-          r["keys_checked"].get<uint64_t>()));
-  row("worst window, no fallback", WorstText(r["worst_window"]));
-  row("keys with a fallback or a reset owner", Fmt("%" PRIu64 ": %" PRIu64 " over the promise, %" PRIu64
-                                                " over their class's allowance",
-                                                r["keys_with_fallback"].get<uint64_t>(),
-                                                r["keys_over_promise_with_fallback"].get<uint64_t>(),
-                                                r["keys_over_allowance"].get<uint64_t>()));
-  row("worst window with fallback", WorstText(r["worst_with_fallback"]));
-  const Json& fu = r["fallback_admitted_units_by_class"];
-  row("units admitted by fallback, by class",
-      Fmt("security %" PRIu64 ", contract %" PRIu64 ", billing %" PRIu64 ", capacity %" PRIu64,
-          fu["security"].get<uint64_t>(), fu["contract"].get<uint64_t>(),
-          fu["billing"].get<uint64_t>(), fu["capacity"].get<uint64_t>()));
-  row("real admission time: keys over B + L·t/W / over B + g·S + L·t/W",
-      Fmt("%" PRIu64 " / %" PRIu64, r["keys_over_promise_real_time"].get<uint64_t>(),
-          r["keys_over_real_time_bound"].get<uint64_t>()));
-  row("worst window in real time", WorstText(r["worst_real_time"]));
-  const Json& f = r["fallbacks_by_class"];
-  row("fallbacks by class",
-      Fmt("security %" PRIu64 ", contract %" PRIu64 ", billing %" PRIu64 ", capacity %" PRIu64,
-          f["security"].get<uint64_t>(), f["contract"].get<uint64_t>(), f["billing"].get<uint64_t>(),
-          f["capacity"].get<uint64_t>()));
-  for (const Json& n : r["node_load"]) {
-    row("node " + n["address"].get<std::string>(),
-        Fmt("%.1f%% busy (peak second %.1f%%), %.1f ops/frame, queue wait p99 %" PRIu64 " us, max %" PRIu64
-            " us",
-            100 * n["utilization"].get<double>(), 100 * n["peak_second_utilization"].get<double>(),
-            n["ops_per_frame"].get<double>(), n["queue_wait_p99_us"].get<uint64_t>(),
-            n["queue_wait_max_us"].get<uint64_t>()));
-  }
-  return md;
-}
-
 }  // namespace
 
 int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) {
@@ -586,7 +501,7 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
   sim->Run(out);
   const Json report = sim->Report();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  const std::string md = Markdown(report);
+  const std::string md = SimMarkdown(report);
   out << '\n' << md;
   const double simulated = o.warmup_s + o.duration_s + 1;
   out << Fmt("\nsimulated %.0f s in %.1f s of wall time: %.2f simulated s per wall s\n", simulated, wall,
