@@ -137,7 +137,8 @@ Output Template(const std::vector<std::string>& extra) {
 const std::vector<std::string> kAllOn = {
     "--set", std::string("secret.value=") + kSecret, "--set", "tls.enabled=true",
     "--set", "tls.secretName=limiter-tls", "--set", "serviceMonitor.enabled=true",
-    "--set", "bench.enabled=true", "--set", "bench.parallelism=3"};
+    "--set", "bench.enabled=true", "--set", "bench.parallelism=3",
+    "--set", "bench.outputClaim=limiter-bench-out"};
 
 // The rendered objects, by kind and name.
 class Manifests {
@@ -361,6 +362,48 @@ TEST_F(HelmChart, RendersWhatItPromises) {
   EXPECT_EQ(a.OfKind("ServiceMonitor").size(), 1u);
   ASSERT_EQ(a.OfKind("Job").size(), 1u);
   EXPECT_EQ(a.One("Job")["spec"]["parallelism"].as<int>(), 3);
+}
+
+// Three pods split the scenario: pod I runs --part I/3 (its index from the Indexed Job's
+// annotation) and writes its partial report to the claim; without a claim the chart says why.
+TEST_F(HelmChart, BenchPodsEachRunTheirPartIntoTheClaim) {
+  const YAML::Node job = AllOn().One("Job");
+  EXPECT_EQ(job["spec"]["completionMode"].as<std::string>(), "Indexed");
+  const YAML::Node pod = job["spec"]["template"]["spec"];
+  const YAML::Node c = pod["containers"][0];
+  std::vector<std::string> command;
+  for (const YAML::Node& a : c["command"]) command.push_back(a.as<std::string>());
+  auto after = [&](const std::string& flag) {
+    auto it = std::find(command.begin(), command.end(), flag);
+    return it == command.end() || it + 1 == command.end() ? std::string() : *(it + 1);
+  };
+  EXPECT_EQ(after("--part"), "$(PART)/3");
+  EXPECT_EQ(after("--json"), "/out/part-$(PART).json");
+  bool part_env = false;
+  for (const YAML::Node& e : c["env"]) {
+    if (e["name"].as<std::string>() == "PART") {
+      part_env = e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>() ==
+                 "metadata.annotations['batch.kubernetes.io/job-completion-index']";
+    }
+  }
+  EXPECT_TRUE(part_env);
+  bool claim = false;
+  for (const YAML::Node& v : pod["volumes"]) {
+    if (v["name"].as<std::string>() == "out") {
+      claim = v["persistentVolumeClaim"]["claimName"].as<std::string>() == "limiter-bench-out";
+    }
+  }
+  EXPECT_TRUE(claim);
+  const Output no_claim =
+      Template({"--set", std::string("secret.value=") + kSecret, "--set", "bench.enabled=true",
+                "--set", "bench.parallelism=2"});
+  EXPECT_NE(no_claim.status, 0);
+  EXPECT_NE(no_claim.err.find("set bench.outputClaim"), std::string::npos) << no_claim.err;
+  // One pod runs the whole scenario: no --part.
+  const Output one = Template({"--set", std::string("secret.value=") + kSecret, "--set",
+                               "bench.enabled=true"});
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(one.out.find("--part"), std::string::npos);
 }
 
 TEST_F(HelmChart, SelectorsMatchThePods) {
