@@ -251,6 +251,9 @@ class FleetSim {
     members_.push_back(NodeAddress(i));
     ++generation_;
     NodeOptions o = Options(static_cast<int>(i));
+    // As limiterd joins: it starts from its own (older) list with every key gated, then adopts
+    // the new one, waiting for each key it gains from that key's last owner.
+    o.generation = generation_ - 1;
     o.join_gate = true;
     Node& joiner = net_.AddNode(members_.back(), o);
     if (auto e = joiner.Join(previous, members_, generation_)) setup_errors_.push_back(*e);

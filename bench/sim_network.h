@@ -34,8 +34,8 @@ namespace limiter::bench {
 struct NetworkModel {
   double one_way_median_us = 100;  // so a round trip's median is about 200 us
   double one_way_sigma = 0.5;      // log-normal shape: the tail
-  double frame_us = 7.6;           // a node's cost per frame
-  double op_us = 0.42;             // and per op in it
+  double frame_us = 7.7;           // a node's cost per frame
+  double op_us = 0.49;             // and per op in it
   int threads = 2;                 // workers per node
   size_t max_ops_per_frame = 256;  // as the TCP transport
 };
