@@ -204,11 +204,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{100}, int64_t{10'000'000}));
   sim->add_option("--spread", sim_o.spread, "How requests reach gateways: even, random, sticky")
       ->capture_default_str();
-  sim->add_option("--rtt-median-us", sim_o.model.one_way_median_us,
+  sim->add_option("--delay-median-us", sim_o.model.one_way_median_us,
                   "Median one-way network delay (a round trip is two)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1e6));
-  sim->add_option("--rtt-sigma", sim_o.model.one_way_sigma, "Log-normal shape of each delay: the tail")
+  sim->add_option("--delay-sigma", sim_o.model.one_way_sigma, "Log-normal shape of each delay: the tail")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3.0));
   sim->add_option("--node-frame-us", sim_o.model.frame_us,
