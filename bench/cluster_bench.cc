@@ -80,6 +80,9 @@ std::optional<std::string> WriteReport(const RunTotals& run, const PolicySet& po
                                        std::ostream& out, Json* extra = nullptr) {
   std::optional<Scenario> scenario = FindScenario(run.scenario);
   if (!scenario) return "unknown scenario '" + run.scenario + "'";
+  std::string error;
+  LimitsOf(policies, run.gateways, run.deadline_us, &error);
+  if (!error.empty()) return error;
   const Workload workload(*scenario);
   std::string md;
   Json report = BuildReport(run, policies, workload, &md);
@@ -188,14 +191,9 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     err << "limiter-bench cluster: " << why << '\n';
     return code;
   };
-  std::optional<Scenario> found = FindScenario(o.scenario);
-  if (!found) return fail("unknown scenario '" + o.scenario + "' (known: 50k, 500k)", 2);
-  Scenario scenario = *found;
-  if (o.rate > 0) scenario.rate = o.rate;
-  if (o.gateways > 0) scenario.gateways = o.gateways;
-  if (scenario.gateways > 65535) return fail("--gateways: at most 65535", 2);
-  if (o.spread != "even" && o.spread != "random" && o.spread != "sticky") {
-    return fail("--spread must be even, random or sticky, got '" + o.spread + "'", 2);
+  Scenario scenario;
+  if (auto e = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread, &scenario)) {
+    return fail(*e, 2);
   }
   if (o.parts < 1 || o.part < 0 || o.part >= o.parts) {
     return fail("--part: want I/N with 0 <= I < N", 2);
@@ -360,7 +358,7 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
         }
       }
     }
-    MergeInto(total, std::move(part).value());
+    if (auto e = MergeInto(total, std::move(part).value())) return fail(path + ": " + *e);
   }
   if (static_cast<int>(total.parts_included.size()) != total.parts) {
     err << "limiter-bench merge: warning: " << total.parts_included.size() << " of "
@@ -368,6 +366,9 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
   }
   Result<PolicySet> policies = LoadPolicyFile(o.policies);
   if (!policies) return fail(policies.error());
+  for (const char* name : {"api_key", "login", "tenant_daily"}) {
+    if (!policies->Find(name)) return fail(o.policies + " has no policy '" + name + "'", 2);
+  }
   if (auto e = WriteReport(total, *policies, o.json_file, o.report_dir, out)) return fail(*e);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/cluster_bench.h"
+#include "bench/fleet_report.h"
 #include "bench/node_load.h"
 
 namespace limiter::bench {
@@ -200,6 +201,68 @@ TEST(ClusterPartsTest, TwoPartsMergeIntoTheSingleRun) {
   std::ostringstream out4, err4;
   EXPECT_EQ(RunMerge(m, out4, err4), 1);
   EXPECT_NE(err4.str().find("part1.json.records: expected"), std::string::npos) << err4.str();
+  std::filesystem::remove_all(dir);
+}
+
+// A partial report is input from another machine: every way it can be wrong is an error
+// naming the file, never a crash.
+TEST(ClusterPartsTest, ACorruptPartialReportIsOneClearError) {
+  const std::string dir = ::testing::TempDir() + "/bad_parts_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  RunTotals run;
+  run.scenario = "50k";
+  run.gateways = 4;
+  run.parts = 2;
+  run.parts_included = {1};
+  run.duration_s = 1;
+  DecisionRecord r;
+  r.intended_us = 10;
+  r.done_us = 20;
+  r.allowed = 1;
+  run.records = {r, r};
+  const std::string good = dir + "/good.json";
+  ASSERT_FALSE(WritePartial(run, good).has_value());
+  ASSERT_TRUE(ReadPartial(good).ok()) << ReadPartial(good).error();
+  auto rewrite = [&](const std::string& name, auto edit) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(good));
+    edit(j);
+    const std::string path = dir + "/" + name + ".json";
+    std::ofstream(path) << j.dump();
+    std::filesystem::copy_file(good + ".records", path + ".records",
+                               std::filesystem::copy_options::overwrite_existing);
+    return path;
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {rewrite("huge", [](nlohmann::json& j) { j["records"] = uint64_t{1} << 62; }), "expected"},
+      {rewrite("negative", [](nlohmann::json& j) { j["records"] = -1; }), "huge"},
+      {rewrite("noparts", [](nlohmann::json& j) { j["parts_included"] = nlohmann::json::array(); }),
+       "names no part"},
+      {rewrite("range", [](nlohmann::json& j) { j["parts_included"] = {2}; }), "distinct parts"},
+      {rewrite("twice", [](nlohmann::json& j) { j["parts"] = 3; j["parts_included"] = {1, 1}; }),
+       "distinct parts"},
+      {rewrite("bucket", [](nlohmann::json& j) { j["latency"]["buckets"] = {{100000, 1}}; }),
+       "bucket"},
+      {rewrite("shape", [](nlohmann::json& j) { j["seconds"] = "many"; }), "bad.json"},
+      {rewrite("scenario", [](nlohmann::json& j) { j["scenario"] = "9m"; }), "unknown scenario"},
+  };
+  for (const auto& [path, message] : cases) {
+    Result<RunTotals> read = ReadPartial(path);
+    ASSERT_FALSE(read.ok()) << path;
+    if (message != "bad.json" && message != "huge") {
+      EXPECT_NE(read.error().find(message), std::string::npos) << read.error();
+    }
+    EXPECT_NE(read.error().find(dir), std::string::npos) << read.error();
+  }
+  // A decision that names a key the scenario has not.
+  {
+    std::fstream f(good + ".records", std::ios::in | std::ios::out | std::ios::binary);
+    DecisionRecord bad = r;
+    bad.index = 999'999'999;
+    f.write(reinterpret_cast<const char*>(&bad), sizeof(bad));
+  }
+  Result<RunTotals> read = ReadPartial(good);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().find("decision 0: key rank 999999999"), std::string::npos) << read.error();
   std::filesystem::remove_all(dir);
 }
 

@@ -70,6 +70,7 @@ class LoopRun {
     dry_ = dry;
     scheduler_.Post([this, t0_us, seconds, measure_us] {
       t0_ = t0_us;
+      measure_us_ = measure_us;
       end_us_ = t0_ + static_cast<int64_t>(seconds * 1e6);
       next_us_ = t0_;
       scheduler_.After(std::max<int64_t>(0, t0_ - scheduler_.NowUs()), [this] { Tick(); });
@@ -150,6 +151,7 @@ class LoopRun {
   }
 
   void Done(DecisionRecord r, const client::Decision& d) {
+    r.measured = r.intended_us >= measure_us_;
     const int64_t now = scheduler_.NowUs();
     r.done_us = now - t0_;
     r.source = static_cast<uint8_t>(d.source);
@@ -188,7 +190,7 @@ class LoopRun {
   const std::vector<Gateway*> slots_;
   std::mt19937_64 rng_;
   bool dry_ = false;
-  int64_t t0_ = 0, end_us_ = 0, next_us_ = 0, last_tick_us_ = 0;
+  int64_t t0_ = 0, measure_us_ = 0, end_us_ = 0, next_us_ = 0, last_tick_us_ = 0;
   uint64_t issued_ = 0, outstanding_ = 0;
   uint64_t ops_at_measure_ = 0, ops_at_end_ = 0;
   std::vector<DecisionRecord> records_;
@@ -416,6 +418,7 @@ Result<RunTotals> RunClusterOnce(const ClusterRunSpec& spec, const ClusterBenchO
   t.duration_s = o.duration_s;
   t.warmup_s = o.warmup_s;
   t.spread = o.spread;
+  t.deadline_us = o.deadline_us;
   t.parts = spec.parts;
   t.parts_included = {spec.part};
   Harness harness(spec, o, policies, workload, members);

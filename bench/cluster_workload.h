@@ -30,6 +30,10 @@ struct Scenario {
 
 // "50k" or "500k"; nullopt for any other name.
 std::optional<Scenario> FindScenario(const std::string& name);
+// The scenario `name` with the options that override it (0: the scenario's own), and the
+// gateway spread checked: the error to print, or nullopt.
+std::optional<std::string> ResolveScenario(const std::string& name, double rate, int gateways,
+                                           const std::string& spread, Scenario* out);
 
 // Draws ranks 0..n-1 with P(r) proportional to 1/(r+1)^s: a table of the cumulative
 // distribution and a binary search.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "common/policy.h"
 #include "common/promise_check.h"
@@ -143,7 +144,21 @@ WorstWindow ExactWorstWindow(std::vector<Admission>& spans, const PromiseBound& 
 }
 
 
-std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, std::string* error) {
+std::optional<std::string> CheckRecord(const DecisionRecord& r,
+                                       const std::array<size_t, kKinds>& keys_of_kind) {
+  if (r.kind >= kKinds) return "kind " + std::to_string(r.kind) + " (0 or 1)";
+  if (r.index >= keys_of_kind[r.kind]) {
+    return "key rank " + std::to_string(r.index) + " of " + std::to_string(keys_of_kind[r.kind]);
+  }
+  if (r.source > kFallback) return "source " + std::to_string(r.source) + " (0 to 2)";
+  if (r.allowed > 1 || r.error > 1 || r.checked > 1 || r.measured > 1) return "a flag not 0 or 1";
+  if (r.cost < 1) return "cost " + std::to_string(r.cost);
+  if (r.done_us < r.intended_us) return "a decision before its arrival";
+  return std::nullopt;
+}
+
+std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, int64_t deadline_us,
+                                 std::string* error) {
   std::vector<KindLimits> out;
   const int64_t n = std::max(1, gateways);
   for (int k = 0; k < kKinds; ++k) {
@@ -162,6 +177,7 @@ std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, std::s
     l.strict = p->mode == LeaseMode::kStrict;
     l.lease_units = p->LeaseSize();
     l.lease_ttl_us = p->lease.ttl_ms * 1000;
+    l.charge_lead_us = l.lease_ttl_us + std::max<int64_t>(0, deadline_us);
     switch (p->limit_class) {
       case LimitClass::kContract:
         // client/fallbacks.cc: L per N·W with burst B/N, or the full L when overshoot is
@@ -204,7 +220,7 @@ std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, std::s
 // floor is what the arrivals needed under the TTL and lease size in force, whatever the
 // client did.
 StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
-                      const std::vector<KindLimits>& limits, int64_t from_us) {
+                                const std::vector<KindLimits>& limits) {
   const std::vector<uint32_t> order =
       Order(records, [](const DecisionRecord& a, const DecisionRecord& b) {
         if (a.kind != b.kind) return a.kind < b.kind;
@@ -235,9 +251,9 @@ StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
     const KindLimits& k = limits[r.kind];
     const bool checked = k.strict || r.checked;
     Stream& st = streams[checked ? 1 : 0];
-    // Earlier arrivals set the stream's state (a lease or a denial cached from before
-    // from_us covers what follows, as it does for the client), but count nothing.
-    const uint64_t counted = r.intended_us >= from_us ? 1 : 0;
+    // Warm-up arrivals set the stream's state (a lease or a denial cached then covers what
+    // follows, as it does for the client), but count nothing.
+    const uint64_t counted = r.measured;
     if (!r.allowed) {
       if (r.intended_us < st.deny_until) continue;
       // The reply to the stream's last lease could have said when the key runs out, and so
@@ -249,8 +265,9 @@ StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
         st.op_done = r.done_us;
       }
       st.leased_last = false;
+      // From the decision: the client counts its retry_after from when it decided.
       st.deny_until = r.retry_after_ms <= 0 ? kNone
-                                            : r.intended_us + int64_t{r.retry_after_ms} * 1000;
+                                            : r.done_us + int64_t{r.retry_after_ms} * 1000;
       continue;
     }
     st.deny_until = kNone;
@@ -261,6 +278,11 @@ StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
     }
     if (r.intended_us < st.lease_end && r.cost <= st.lease_left) {
       st.lease_left -= r.cost;
+      continue;
+    }
+    // Requests that waited together are paid by one lease's reply, sized for all of them.
+    if (st.leased_last && r.done_us - st.op_done <= kSameReplyUs) {
+      st.lease_left = std::max<int64_t>(0, st.lease_left - r.cost);
       continue;
     }
     ops.leases += counted;
@@ -298,7 +320,11 @@ Accuracy CheckAccuracy(const std::vector<DecisionRecord>& records,
       if (r.error || !r.allowed) continue;
       // Charged between the request's arrival and its decision; a leased unit up to a TTL
       // before its arrival, when the lease was granted. Spent at the arrival.
-      const int64_t from = r.source == kLease ? r.intended_us - k.lease_ttl_us : r.intended_us;
+      // A lease-mode admission may have been paid from units in hand, charged when their
+      // lease was granted; a checked one was charged by its own CHECK, a fallback one by the
+      // gateway's local bucket as it decided.
+      const bool leased = !(k.strict || r.checked) && r.source != kFallback;
+      const int64_t from = leased ? r.intended_us - k.charge_lead_us : r.intended_us;
       charged.push_back({from, r.done_us, r.cost});
       spent.push_back({r.intended_us, r.done_us, r.cost});
       if (r.source == kLease) leasing.push_back(r.gateway);
@@ -339,10 +365,19 @@ Accuracy CheckAccuracy(const std::vector<DecisionRecord>& records,
     bool within = true;
     if (k.fallback_limit >= 0 || falling_back.empty()) {
       const int64_t g = falling_back.empty() ? 0 : distinct(falling_back);
-      const PromiseBound allowance{k.limit * k.fallback_window_us + g * k.fallback_limit * k.window_us,
-                                   k.window_us * k.fallback_window_us,
-                                   k.burst * (1 + reset) + g * k.fallback_burst, 1000};
-      within = !ExactWorstWindow(charged, allowance).over;
+      // B + g·Bf + (L/W + g·Lf/Wf)·t over the common window W·Wf/gcd, in checked integers.
+      const int64_t common = std::gcd(k.window_us, k.fallback_window_us);
+      int64_t limit = 0, window = 0, extra = 0;
+      const bool fits =
+          !__builtin_mul_overflow(k.limit, k.fallback_window_us / common, &limit) &&
+          !__builtin_mul_overflow(g * std::max<int64_t>(0, k.fallback_limit), k.window_us / common,
+                                  &extra) &&
+          !__builtin_add_overflow(limit, extra, &limit) &&
+          !__builtin_mul_overflow(k.window_us, k.fallback_window_us / common, &window);
+      const PromiseBound allowance{limit, window, k.burst * (1 + reset) + g * k.fallback_burst,
+                                   1000};
+      // (A window product past 64 bits is reported as over, never hidden.)
+      within = fits && !ExactWorstWindow(charged, allowance).over;
     }
     if (!within) ++out.keys_over_allowance;
     Consider(out.worst_with_fallback, w, k, key, within);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,20 @@ struct DecisionRecord {
   uint8_t source = 0;       // client::Source
   int32_t cost = 1;
   int32_t retry_after_ms = 0;  // a denial's, capped; kRetryNever is INT32_MAX
-  bool allowed = false;
-  bool error = false;
-  bool checked = false;  // a CHECK however it is decided: strict, or a lease cannot pay it
+  // Flags as bytes (0 or 1): records are read back from files, where a bool's other values
+  // would be undefined.
+  uint8_t allowed = 0;
+  uint8_t error = 0;
+  uint8_t checked = 0;   // a CHECK however it is decided: strict, or a lease cannot pay it
+  uint8_t measured = 0;  // arrived after the warm-up: counted in the floor
+  uint8_t pad[4] = {};   // no uninitialised bytes in a record file
 };
+static_assert(sizeof(DecisionRecord) == 40, "records are written to files as they are");
+
+// What is wrong with a record (a kind, source, flag or index out of range, a cost below 1,
+// a decision before its arrival), or nullopt. `keys_of_kind` bounds the index per kind.
+std::optional<std::string> CheckRecord(const DecisionRecord& r,
+                                       const std::array<size_t, kKinds>& keys_of_kind);
 
 // The worst window over every interval [a, b], counting the admissions whose whole span lies
 // in it. Exact whatever order the spans' starts come in: a leased unit's span reaches a TTL
@@ -49,15 +60,19 @@ struct KindLimits {
   bool strict = false;     // one CHECK per request: no leases
   int64_t lease_units = 1;  // the policy's lease size
   int64_t lease_ttl_us = 1'000'000;
+  // How long before its arrival a unit a gateway spends may have been charged: a TTL, plus
+  // the reply's way back (a lease lapses a TTL after the gateway got it; at most its deadline).
+  int64_t charge_lead_us = 1'000'000;
   // The fallback a gateway applies while the owner is away, per gateway: contract's L/N
   // bucket (burst B/N), security's local limit. fallback_limit 0: no local admissions
   // allowed (security without a local limit denies); -1: unbounded (billing fails open).
   int64_t fallback_limit = 0, fallback_window_us = 1, fallback_burst = 0;
 };
 
-// The limits of api_key and login from the scenario's policy file, for `gateways` gateways.
-// Empty `error` on success.
-std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, std::string* error);
+// The limits of api_key and login from the scenario's policy file, for `gateways` gateways
+// whose store calls have `deadline_us`. Empty `error` on success.
+std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, int64_t deadline_us,
+                                 std::string* error);
 
 // The store-op floor for `records` with intended_us >= from_us (see fleet_accounting.cc),
 // by what each op was for.
@@ -68,7 +83,7 @@ struct StoreOpFloorResult {
   uint64_t total() const { return leases + checks + denials; }
 };
 StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
-                      const std::vector<KindLimits>& limits, int64_t from_us);
+                                const std::vector<KindLimits>& limits);
 
 struct WorstKey {
   bool found = false;

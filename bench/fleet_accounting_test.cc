@@ -30,7 +30,7 @@ class Accounting : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.error();
     policies_ = std::move(p).value();
     std::string error;
-    limits_ = LimitsOf(policies_, 4, &error);
+    limits_ = LimitsOf(policies_, 4, /*deadline_us=*/2000, &error);
     EXPECT_EQ(error, "");
   }
 
@@ -44,6 +44,12 @@ class Accounting : public ::testing::Test {
     r.source = source;
     r.allowed = allowed;
     r.retry_after_ms = retry_ms;
+    r.measured = 1;
+    return r;
+  }
+  // The same, decided by its own CHECK (charged between its arrival and its decision).
+  static DecisionRecord Checked(DecisionRecord r) {
+    r.checked = 1;
     return r;
   }
 
@@ -60,7 +66,7 @@ TEST_F(Accounting, LimitsComeFromThePolicies) {
   EXPECT_EQ(limits_[kLogin].fallback_limit, 0);  // no local limit: denies
   std::string error;
   PolicySet none;
-  EXPECT_TRUE(LimitsOf(none, 4, &error).empty());
+  EXPECT_TRUE(LimitsOf(none, 4, 2000, &error).empty());
   EXPECT_NE(error.find("no policy 'api_key'"), std::string::npos);
 }
 
@@ -68,33 +74,73 @@ TEST_F(Accounting, OneLeasePerTtlAndLeaseSize) {
   std::vector<DecisionRecord> r;
   for (int i = 0; i < 25; ++i) r.push_back(At(10.0 * i, true, i == 0 ? kStore : kLeased));
   // 25 units inside one TTL: a lease of 20, then another.
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).leases, 2u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 2u);
   // Spaced wider than the TTL: one each.
   r = {At(0, true), At(1500, true), At(3000, true)};
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).leases, 3u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 3u);
   // Two gateways are two streams.
   r = {At(0, true, kStore, 0), At(1, true, kStore, 1)};
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).leases, 2u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 2u);
   // A request costing more than a lease takes one of its own, and leaves nothing.
   DecisionRecord big = At(2, true);
   big.cost = 50;
   r = {At(0, true), big, At(3, true)};
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).leases, 3u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 3u);
 }
 
 TEST_F(Accounting, ADenialPeriodNeedsOneAnswer) {
   std::vector<DecisionRecord> r;
   for (int i = 0; i < 5; ++i) r.push_back(At(i * 10.0, false, kStore, 0, 100));
   r.push_back(At(150, false, kStore, 0, 100));  // after the 100 ms it was told
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).denials, 2u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).denials, 2u);
   // Right after a lease, the lease's reply could have said it: free.
   r = {At(0, true), At(5, false, kStore, 0, 100), At(50, false, kStore, 0, 100)};
-  const StoreOpFloorResult f = StoreOpFloor(r, limits_, 0);
+  const StoreOpFloorResult f = StoreOpFloor(r, limits_);
   EXPECT_EQ(f.leases, 1u);
   EXPECT_EQ(f.denials, 0u);
   // Fallbacks and errors were no store call's to make.
   r = {At(0, true, kFellBack), At(1, false, kFellBack)};
-  EXPECT_EQ(StoreOpFloor(r, limits_, 0).total(), 0u);
+  EXPECT_EQ(StoreOpFloor(r, limits_).total(), 0u);
+}
+
+TEST_F(Accounting, RequestsThatWaitedTogetherShareOneLease) {
+  // One lease's reply pays a cost-1 and a cost-50 request that waited for it: one op.
+  DecisionRecord big = At(0.05, true, kStore, 0, 0, 150);
+  big.cost = 50;
+  const std::vector<DecisionRecord> r = {At(0, true), big};
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 1u);
+}
+
+TEST_F(Accounting, ADenialIsCachedFromWhenItWasDecided) {
+  // Decided 5 ms after it arrived, told 100 ms: the client asks again only after 105 ms.
+  const std::vector<DecisionRecord> r = {At(0, false, kStore, 0, 100, 5000),
+                                         At(102, false, kStore, 0, 3, 0)};
+  EXPECT_EQ(StoreOpFloor(r, limits_).denials, 1u);
+}
+
+TEST_F(Accounting, RecordsFromAFileAreChecked) {
+  const std::array<size_t, kKinds> keys = {10, 5};
+  DecisionRecord r = At(0, true);
+  EXPECT_FALSE(CheckRecord(r, keys).has_value());
+  DecisionRecord bad = r;
+  bad.kind = 2;
+  EXPECT_NE(CheckRecord(bad, keys).value_or("").find("kind 2"), std::string::npos);
+  bad = r;
+  bad.kind = kLogin;
+  bad.index = 5;
+  EXPECT_NE(CheckRecord(bad, keys).value_or("").find("key rank 5 of 5"), std::string::npos);
+  bad = r;
+  bad.source = 7;
+  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  bad = r;
+  bad.allowed = 2;
+  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  bad = r;
+  bad.cost = 0;
+  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  bad = r;
+  bad.done_us = bad.intended_us - 1;
+  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
 }
 
 TEST_F(Accounting, StrictAndCheckedRequestsAreOneCheckEach) {
@@ -110,15 +156,15 @@ TEST_F(Accounting, StrictAndCheckedRequestsAreOneCheckEach) {
   r.push_back(report);
   r.push_back(At(0.2, true));
   r.push_back(At(0.7, true, kLeased));
-  const StoreOpFloorResult f = StoreOpFloor(r, limits_, 0);
+  const StoreOpFloorResult f = StoreOpFloor(r, limits_);
   EXPECT_EQ(f.checks, 4u);  // three logins and the report
   EXPECT_EQ(f.leases, 1u);  // the report did not end the lease
 }
 
 TEST_F(Accounting, ArrivalsBeforeTheMeasurementSetStateButCountNothing) {
-  const std::vector<DecisionRecord> r = {At(0, true), At(500, true, kLeased),
-                                         At(1200, true)};
-  EXPECT_EQ(StoreOpFloor(r, limits_, 400'000).leases, 1u);  // the lease of t=0 covers 500 ms
+  std::vector<DecisionRecord> r = {At(0, true), At(500, true, kLeased), At(1200, true)};
+  r[0].measured = 0;  // the warm-up's lease covers the arrival at 500 ms
+  EXPECT_EQ(StoreOpFloor(r, limits_).leases, 1u);
 }
 
 TEST_F(Accounting, StoreAdmissionsWithinThePromisePass) {
@@ -128,18 +174,35 @@ TEST_F(Accounting, StoreAdmissionsWithinThePromisePass) {
   s.accounts = 4;
   const Workload w(s);
   std::vector<DecisionRecord> r;
-  for (int i = 0; i < 200; ++i) r.push_back(At(0, true));  // the burst
-  for (int i = 0; i < 100; ++i) r.push_back(At(10 + i * 10.0, true));  // then the rate
+  // Checked admissions: each charged between its arrival and its decision.
+  for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));  // the burst
+  for (int i = 0; i < 100; ++i) r.push_back(Checked(At(10 + i * 10.0, true)));  // the rate
   Accuracy a = CheckAccuracy(r, limits_, w);
   EXPECT_EQ(a.keys_checked, 1u);
   EXPECT_EQ(a.keys_over_promise, 0u);
   EXPECT_EQ(a.keys_over_real_time_bound, 0u);
-  r.push_back(At(500, true));
-  r.push_back(At(500, true));
+  r.push_back(Checked(At(500, true)));
+  r.push_back(Checked(At(500, true)));
   a = CheckAccuracy(r, limits_, w);
   EXPECT_EQ(a.keys_over_promise, 1u);
   EXPECT_EQ(a.worst.key, "k0");
   EXPECT_GT(a.worst.excess, 0);
+}
+
+TEST_F(Accounting, AStoreDecisionOfALeasedPolicyMayBePaidFromUnitsInHand) {
+  Scenario s;
+  s.keys = 4;
+  s.tenants = 2;
+  s.accounts = 4;
+  const Workload w(s);
+  // 300 admissions in 10 ms, decided by replies: the units may have come from leases granted
+  // up to a TTL (and a deadline) before, so in charge time this is B + L·1 s, not over; as
+  // CHECKs it would be.
+  std::vector<DecisionRecord> r;
+  for (int i = 0; i < 300; ++i) r.push_back(At(1000 + i / 30.0, true));
+  EXPECT_EQ(CheckAccuracy(r, limits_, w).keys_over_promise, 0u);
+  for (DecisionRecord& x : r) x.checked = 1;
+  EXPECT_EQ(CheckAccuracy(r, limits_, w).keys_over_promise, 1u);
 }
 
 TEST_F(Accounting, LeasedUnitsCountWhenSpentInRealTime) {
@@ -174,7 +237,7 @@ TEST_F(Accounting, FallbackKeysAreJudgedByTheirAllowance) {
   s.accounts = 4;
   const Workload w(s);
   std::vector<DecisionRecord> r;
-  for (int i = 0; i < 200; ++i) r.push_back(At(0, true));
+  for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));
   // One gateway falls back: its L/N bucket adds B/N = 50 at once.
   for (int i = 0; i < 50; ++i) r.push_back(At(1, true, kFellBack, 2));
   Accuracy a = CheckAccuracy(r, limits_, w);
@@ -190,7 +253,7 @@ TEST_F(Accounting, FallbackKeysAreJudgedByTheirAllowance) {
   EXPECT_FALSE(a.worst_with_fallback.within_allowance);
   // A reset owner allows one more burst.
   std::vector<DecisionRecord> reset;
-  for (int i = 0; i < 400; ++i) reset.push_back(At(0, true));
+  for (int i = 0; i < 400; ++i) reset.push_back(Checked(At(0, true)));
   const std::vector<std::vector<uint16_t>> resets = {{1, 0, 0, 0}, {0, 0, 0, 0}};
   a = CheckAccuracy(reset, limits_, w, &resets);
   EXPECT_EQ(a.keys_over_promise, 0u);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,24 @@ Json WorstJson(const WorstKey& w) {
           {"excess", w.excess},           {"within_allowance", w.within_allowance}};
 }
 
+Json AccuracyJson(const Accuracy& a) {
+  return {{"keys_checked", a.keys_checked},
+          {"keys_over_promise", a.keys_over_promise},
+          {"worst_window", WorstJson(a.worst)},
+          {"keys_with_fallback", a.keys_with_fallback},
+          {"keys_over_promise_with_fallback", a.keys_over_promise_with_fallback},
+          {"keys_over_allowance", a.keys_over_allowance},
+          {"worst_with_fallback", WorstJson(a.worst_with_fallback)},
+          {"fallback_admitted_units_by_class",
+           {{"security", a.fallback_units_by_class[0]},
+            {"contract", a.fallback_units_by_class[1]},
+            {"billing", a.fallback_units_by_class[2]},
+            {"capacity", a.fallback_units_by_class[3]}}},
+          {"keys_over_promise_real_time", a.keys_over_promise_real_time},
+          {"keys_over_real_time_bound", a.keys_over_real_time_bound},
+          {"worst_real_time", WorstJson(a.worst_real_time)}};
+}
+
 std::string WorstText(const Json& w) {
   if (w.is_null()) return "none";
   return Fmt("%s %s (%s): %" PRId64 " admitted in %.1f ms, %.1f allowed",
@@ -60,12 +79,17 @@ std::string WorstText(const Json& w) {
 }
 
 
-void MergeInto(RunTotals& total, RunTotals part) {
+std::optional<std::string> MergeInto(RunTotals& total, RunTotals part) {
   if (total.parts_included.empty()) {
     total = std::move(part);
-    return;
+    return std::nullopt;
   }
-  // Decision times move to the earliest start's clock.
+  // Decision times move to the earliest start's clock. (Per-second rows stay on each part's
+  // own clock: every part draws the same arrival stream from its own start.)
+  constexpr int64_t kHourUs = 3'600'000'000;
+  if (part.t0_wall_us < total.t0_wall_us - kHourUs || part.t0_wall_us > total.t0_wall_us + kHourUs) {
+    return "its parts started more than an hour apart: not one run";
+  }
   const int64_t shift = part.t0_wall_us - total.t0_wall_us;
   if (shift < 0) {
     for (DecisionRecord& r : total.records) {
@@ -112,6 +136,7 @@ void MergeInto(RunTotals& total, RunTotals part) {
   total.arrival_cpu_s += part.arrival_cpu_s;
   total.arrivals_generated += part.arrivals_generated;
   for (NodeUsage& u : part.node_usage) total.node_usage.push_back(std::move(u));
+  return std::nullopt;
 }
 
 std::optional<std::string> WritePartial(const RunTotals& run, const std::string& json_path) {
@@ -145,6 +170,7 @@ std::optional<std::string> WritePartial(const RunTotals& run, const std::string&
       {"warmup_s", run.warmup_s},
       {"spread", run.spread},
       {"loops", run.loops},
+      {"deadline_us", run.deadline_us},
       {"parts", run.parts},
       {"parts_included", run.parts_included},
       {"t0_wall_us", run.t0_wall_us},
@@ -201,6 +227,7 @@ Result<RunTotals> ReadPartial(const std::string& json_path) {
     run.warmup_s = j.at("warmup_s").get<double>();
     run.spread = j.at("spread").get<std::string>();
     run.loops = j.at("loops").get<int>();
+    run.deadline_us = j.at("deadline_us").get<int64_t>();
     run.parts = j.at("parts").get<int>();
     run.parts_included = j.at("parts_included").get<std::vector<int>>();
     run.t0_wall_us = j.at("t0_wall_us").get<int64_t>();
@@ -239,19 +266,41 @@ Result<RunTotals> ReadPartial(const std::string& json_path) {
       u.store_ops = n.at("store_ops").get<int64_t>();
       run.node_usage.push_back(u);
     }
-    const size_t records = j.at("records").get<size_t>();
+    if (run.parts < 1 || run.parts > 65535 || run.parts_included.empty()) {
+      return Error{json_path + ": names no part (parts " + std::to_string(run.parts) + ")"};
+    }
+    std::vector<int> seen = run.parts_included;
+    std::sort(seen.begin(), seen.end());
+    if (seen.front() < 0 || seen.back() >= run.parts ||
+        std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+      return Error{json_path + ": parts_included must be distinct parts from 0 to " +
+                   std::to_string(run.parts - 1)};
+    }
+    const std::optional<Scenario> scenario = FindScenario(run.scenario);
+    if (!scenario) return Error{json_path + ": unknown scenario '" + run.scenario + "'"};
+    const uint64_t records = j.at("records").get<uint64_t>();
     const std::string records_path = json_path + ".records";
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(records_path, ec);
+    if (ec) return Error{"cannot read " + records_path + ": " + ec.message()};
+    if (records > bytes / sizeof(DecisionRecord) || bytes != records * sizeof(DecisionRecord)) {
+      return Error{records_path + ": expected " + std::to_string(records) + " decisions of " +
+                   std::to_string(sizeof(DecisionRecord)) + " bytes, found " +
+                   std::to_string(bytes) + " bytes"};
+    }
     std::ifstream r(records_path, std::ios::binary);
-    run.records.resize(records);
+    run.records.resize(static_cast<size_t>(records));
     r.read(reinterpret_cast<char*>(run.records.data()),
            static_cast<std::streamsize>(records * sizeof(DecisionRecord)));
-    if (!r || r.peek() != std::char_traits<char>::eof()) {
-      return Error{records_path + ": expected " + std::to_string(records) + " decisions of " +
-                   std::to_string(sizeof(DecisionRecord)) + " bytes"};
+    if (!r) return Error{"cannot read " + records_path};
+    const std::array<size_t, kKinds> keys = {static_cast<size_t>(scenario->keys),
+                                             static_cast<size_t>(scenario->accounts)};
+    for (size_t i = 0; i < run.records.size(); ++i) {
+      if (auto why = CheckRecord(run.records[i], keys)) {
+        return Error{records_path + ": decision " + std::to_string(i) + ": " + *why};
+      }
     }
-  } catch (const Json::exception& e) {
-    return Error{json_path + ": " + e.what()};
-  } catch (const std::out_of_range& e) {
+  } catch (const std::exception& e) {  // the JSON's shape, a bucket index, an allocation
     return Error{json_path + ": " + e.what()};
   }
   return run;
@@ -269,10 +318,9 @@ std::vector<ChartRow> ChartRowsOf(const RunTotals& run) {
 Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload& workload,
                  std::string* markdown) {
   std::string error;
-  const std::vector<KindLimits> limits = LimitsOf(policies, run.gateways, &error);
+  const std::vector<KindLimits> limits = LimitsOf(policies, run.gateways, run.deadline_us, &error);
   const Accuracy a = CheckAccuracy(run.records, limits, workload);
-  const int64_t measure_us = static_cast<int64_t>(run.warmup_s * 1e6);
-  const StoreOpFloorResult floor = StoreOpFloor(run.records, limits, measure_us);
+  const StoreOpFloorResult floor = StoreOpFloor(run.records, limits);
   const double span_s = std::max(run.duration_s, run.decided_span_s);
   const double offered = static_cast<double>(run.issued) / run.duration_s;
   const double achieved = static_cast<double>(run.decided) / span_s;
@@ -316,21 +364,6 @@ Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload
       {"p99_us", run.latency.Quantile(0.99)},
       {"p999_us", run.latency.Quantile(0.999)},
       {"max_us", run.latency.max},
-      {"keys_checked", a.keys_checked},
-      {"keys_over_promise", a.keys_over_promise},
-      {"worst_window", WorstJson(a.worst)},
-      {"keys_with_fallback", a.keys_with_fallback},
-      {"keys_over_promise_with_fallback", a.keys_over_promise_with_fallback},
-      {"keys_over_allowance", a.keys_over_allowance},
-      {"worst_with_fallback", WorstJson(a.worst_with_fallback)},
-      {"fallback_admitted_units_by_class",
-       {{"security", a.fallback_units_by_class[0]},
-        {"contract", a.fallback_units_by_class[1]},
-        {"billing", a.fallback_units_by_class[2]},
-        {"capacity", a.fallback_units_by_class[3]}}},
-      {"keys_over_promise_real_time", a.keys_over_promise_real_time},
-      {"keys_over_real_time_bound", a.keys_over_real_time_bound},
-      {"worst_real_time", WorstJson(a.worst_real_time)},
       {"fallbacks_by_class",
        {{"security", run.fallback_by_class[0]},
         {"contract", run.fallback_by_class[1]},
@@ -338,6 +371,7 @@ Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload
         {"capacity", run.fallback_by_class[3]}}},
       {"node_usage", Json::array()},
       {"per_second", Json::array()}};
+  r.update(AccuracyJson(a));
   if (!run.first_error.empty()) r["first_error"] = run.first_error;
   double node_cpu = 0;
   int64_t node_frames = 0, node_ops = 0;

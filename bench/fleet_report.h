@@ -45,6 +45,7 @@ struct RunTotals {
   double duration_s = 0, warmup_s = 0;
   std::string spread;
   int loops = 1;
+  int64_t deadline_us = 2000;  // each gateway's store-call deadline
   // Which parts these are: part i of n covers gateways i, i + n, ...; a merge lists them all.
   int parts = 1;
   std::vector<int> parts_included;
@@ -69,10 +70,12 @@ struct RunTotals {
 };
 
 // Adds `part` into `total`: counts add, histograms and seconds merge, records join (moved to
-// `total`'s clock: both parts' wall-clock starts are known).
-void MergeInto(RunTotals& total, RunTotals part);
+// `total`'s clock: both parts' wall-clock starts are known). An error when the parts started
+// more than an hour apart (they are not one run).
+std::optional<std::string> MergeInto(RunTotals& total, RunTotals part);
 
-// The partial report: JSON at `json_path`, the decisions at `json_path + ".records"`.
+// The partial report: JSON at `json_path`, the decisions at `json_path + ".records"`. Reading
+// checks everything (sizes, the parts it names, every decision) and says what is wrong.
 std::optional<std::string> WritePartial(const RunTotals& run, const std::string& json_path);
 Result<RunTotals> ReadPartial(const std::string& json_path);
 
@@ -83,6 +86,8 @@ nlohmann::json BuildReport(const RunTotals& run, const PolicySet& policies,
 
 // The accuracy's worst keys as JSON, and that JSON as a line of a report's table.
 nlohmann::json WorstJson(const WorstKey& w);
+// The accuracy's fields of a report (keys_over_promise, keys_over_allowance, ...).
+nlohmann::json AccuracyJson(const Accuracy& a);
 std::string WorstText(const nlohmann::json& w);
 
 // The Markdown table of a `limiter-bench sim` report (bench/fleet_sim.h).

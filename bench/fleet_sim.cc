@@ -181,6 +181,7 @@ class FleetSim {
     r.allowed = d.allowed && d.error.empty();
     r.error = !d.error.empty();
     r.checked = checked;
+    r.measured = intended_us >= measure_us_;
     records_.push_back(r);
     SecondStats& second = SecondOf(now);
     ++second.decided;
@@ -216,6 +217,7 @@ class FleetSim {
       case Fault::Kind::kKill:
         at(f.at_us, [this, node] {
           // Its keys lose their state: one more burst each (the crash promise).
+          if (!net_.up(node)) return;  // down already
           killed_rings_.push_back({members_, node});
           net_.Kill(node);
         });
@@ -230,8 +232,8 @@ class FleetSim {
         }
         break;
       case Fault::Kind::kSlow:
-        at(f.at_us, [this, &f, node] { net_.Slow(node, f.factor); });
-        if (f.until_us >= 0) at(f.until_us, [this, node] { net_.Slow(node, 1); });
+        at(f.at_us, [this, &f, node] { net_.Slow(node, f.factor, true); });
+        if (f.until_us >= 0) at(f.until_us, [this, &f, node] { net_.Slow(node, f.factor, false); });
         break;
       case Fault::Kind::kAddNode:
         at(f.at_us, [this] { AddNode(); });
@@ -332,10 +334,10 @@ std::vector<std::vector<uint16_t>> FleetSim::Resets() const {
 
 Json FleetSim::Report() const {
   std::string error;
-  const std::vector<KindLimits> limits = LimitsOf(policies_, s_.gateways, &error);
+  const std::vector<KindLimits> limits = LimitsOf(policies_, s_.gateways, o_.deadline_us, &error);
   const std::vector<std::vector<uint16_t>> resets = Resets();
   const Accuracy a = CheckAccuracy(records_, limits, workload_, &resets);
-  const StoreOpFloorResult floor_parts = StoreOpFloor(records_, limits, measure_us_);
+  const StoreOpFloorResult floor_parts = StoreOpFloor(records_, limits);
   const uint64_t floor = floor_parts.total();
   const uint64_t store_ops = ops_at_end_ - ops_at_measure_;
   const double span_s = o_.duration_s;
@@ -380,23 +382,9 @@ Json FleetSim::Report() const {
       {"p99_us", latency.Quantile(0.99)},
       {"p999_us", latency.Quantile(0.999)},
       {"max_us", latency.max},
-      {"keys_checked", a.keys_checked},
-      {"keys_over_promise", a.keys_over_promise},
-      {"worst_window", WorstJson(a.worst)},
-      {"keys_with_fallback", a.keys_with_fallback},
-      {"keys_over_promise_with_fallback", a.keys_over_promise_with_fallback},
-      {"keys_over_allowance", a.keys_over_allowance},
-      {"worst_with_fallback", WorstJson(a.worst_with_fallback)},
-      {"fallback_admitted_units_by_class",
-       {{"security", a.fallback_units_by_class[0]},
-        {"contract", a.fallback_units_by_class[1]},
-        {"billing", a.fallback_units_by_class[2]},
-        {"capacity", a.fallback_units_by_class[3]}}},
-      {"keys_over_promise_real_time", a.keys_over_promise_real_time},
-      {"keys_over_real_time_bound", a.keys_over_real_time_bound},
-      {"worst_real_time", WorstJson(a.worst_real_time)},
       {"node_load", Json::array()},
       {"per_second", Json::array()}};
+  r.update(AccuracyJson(a));
   if (!first_error_.empty()) r["first_error"] = first_error_;
   if (!setup_errors_.empty()) r["setup_errors"] = setup_errors_;
   client::Counters total;
@@ -468,16 +456,11 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
     err << "limiter-bench sim: " << why << '\n';
     return code;
   };
-  std::optional<Scenario> found = FindScenario(o.scenario);
-  if (!found) return fail("unknown scenario '" + o.scenario + "' (known: 50k, 500k)", 2);
-  Scenario scenario = *found;
-  if (o.rate > 0) scenario.rate = o.rate;
-  if (o.gateways > 0) scenario.gateways = o.gateways;
-  if (o.nodes > 0) scenario.nodes = o.nodes;
-  if (scenario.gateways > 65535) return fail("--gateways: at most 65535", 2);
-  if (o.spread != "even" && o.spread != "random" && o.spread != "sticky") {
-    return fail("--spread must be even, random or sticky, got '" + o.spread + "'", 2);
+  Scenario scenario;
+  if (auto e = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread, &scenario)) {
+    return fail(*e, 2);
   }
+  if (o.nodes > 0) scenario.nodes = o.nodes;
   Result<std::vector<Fault>> faults = ParseFaults(o.faults);
   if (!faults) return fail(faults.error(), 2);
   if (auto e = CheckFaults(*faults, scenario.nodes, scenario.gateways, scenario.tenants)) {

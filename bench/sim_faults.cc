@@ -97,7 +97,11 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
   std::vector<std::string> ends;  // the words the optional parts may start with
   if (w.size() >= 2 && w[0] == "kill" && w[1] == "node") {
     f.kind = Fault::Kind::kKill;
-    if (w.size() < 3 || !node_number(w[2]) || !at(3)) return std::nullopt;
+    if (w.size() < 3) {
+      *why = "expected 'kill node N at T'";
+      return std::nullopt;
+    }
+    if (!node_number(w[2]) || !at(3)) return std::nullopt;
     ends = {"restart"};
   } else if (w.size() >= 2 && w[0] == "partition" && (w[1] == "gateways" || w[1] == "gateway")) {
     f.kind = Fault::Kind::kPartition;
@@ -106,9 +110,11 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
       return std::nullopt;
     }
     const std::vector<std::string> range = Split(w[2], '-');
+    const size_t dashes = static_cast<size_t>(std::count(w[2].begin(), w[2].end(), '-'));
     const std::optional<int64_t> a = range.empty() ? std::nullopt : Integer(range.front());
     const std::optional<int64_t> b = range.size() == 2 ? Integer(range[1]) : a;
-    if (range.size() > 2 || !a || !b || *a < 1 || *b < *a || *b > 65535) {
+    if (range.size() != dashes + 1 || range.size() > 2 || !a || !b || *a < 1 || *b < *a ||
+        *b > 65535) {
       *why = "'" + w[2] + "' is not a gateway range (say 1-20, or 3)";
       return std::nullopt;
     }
@@ -184,6 +190,10 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
       *why = "'" + parts[i] + "' must come after " + w.back();
       return std::nullopt;
     }
+    if (f.until_us >= 0) {
+      *why = "'" + parts[i] + "' comes twice";
+      return std::nullopt;
+    }
     f.until_us = *t;
   }
   return f;
@@ -196,6 +206,9 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
   if (Trim(spec).empty()) return out;
   for (const std::string& clause : Split(spec, ';')) {
     if (clause.empty()) continue;
+    if (clause.back() == ',' || clause.find(",,") != std::string::npos) {
+      return Error{"--faults: in '" + clause + "': an empty part between commas"};
+    }
     std::string why;
     std::optional<Fault> f = Clause(clause, &why);
     if (!f) return Error{"--faults: in '" + clause + "': " + why};

@@ -54,6 +54,10 @@ TEST(SimFaults, EveryMistakeNamesItsClause) {
       {"hot tenant x at 1s", "not a tenant number"},
       {"hot tenant at 1s, rate -3", "not a rate"},
       {"reboot everything at 1s", "unknown fault"},
+      {"kill node", "expected 'kill node N at T'"},
+      {"partition gateways 1- from node 1 at 1s", "not a gateway range"},
+      {"kill node 1 at 1s, restart at 2s, restart at 3s", "comes twice"},
+      {"kill node 1 at 1s,", "empty part"},
   };
   for (const auto& [spec, message] : bad) {
     Result<std::vector<Fault>> f = ParseFaults(spec);

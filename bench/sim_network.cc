@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "client/request_builder.h"
 #include "client/wire_convert.h"
@@ -24,7 +25,7 @@ struct SimNetwork::SimNode {
   Node::Worker* worker = nullptr;
   bool up = true;
   uint64_t life = 0;  // bumped by Kill: frames queued before it are answered with a reset
-  double slow = 1;
+  std::multiset<double> slow;  // the slowdowns in force
   std::vector<int64_t> free_at_us;  // per worker
   std::deque<int64_t> queued_until;  // service starts of frames waiting now (they only grow)
   NodeLoad load;
@@ -120,11 +121,24 @@ void SimNetwork::Restart(size_t node, NodeOptions options) {
   std::fill(n.free_at_us.begin(), n.free_at_us.end(), 0);
 }
 
-void SimNetwork::Slow(size_t node, double factor) { nodes_[node]->slow = factor; }
+void SimNetwork::Slow(size_t node, double factor, bool on) {
+  std::multiset<double>& slow = nodes_[node]->slow;
+  if (on) {
+    slow.insert(factor);
+  } else if (auto it = slow.find(factor); it != slow.end()) {
+    slow.erase(it);
+  }
+}
 
 void SimNetwork::Cut(int from, int to, size_t node, bool cut) {
-  std::erase_if(cut_, [&](const CutRange& c) { return c.from == from && c.to == to && c.node == node; });
-  if (cut) cut_.push_back({from, to, node});
+  if (cut) {
+    cut_.push_back({from, to, node});
+    return;
+  }
+  auto it = std::find_if(cut_.begin(), cut_.end(), [&](const CutRange& c) {
+    return c.from == from && c.to == to && c.node == node;
+  });
+  if (it != cut_.end()) cut_.erase(it);
 }
 
 bool SimNetwork::IsCut(int gateway, size_t node) const {
@@ -157,7 +171,8 @@ void SimNetwork::Deliver(int gateway, size_t node, std::vector<Pending> batch) {
     auto worker = std::min_element(n.free_at_us.begin(), n.free_at_us.end());
     const int64_t start = std::max(now, *worker);
     const double service =
-        (model_.frame_us + model_.op_us * static_cast<double>(batch.size())) * n.slow;
+        (model_.frame_us + model_.op_us * static_cast<double>(batch.size())) *
+        (n.slow.empty() ? 1.0 : *n.slow.rbegin());
     const int64_t end = start + std::max<int64_t>(1, std::llround(service));
     *worker = end;
     n.load.busy_us += service;

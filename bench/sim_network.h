@@ -72,8 +72,10 @@ class SimNetwork {
   // frame until Restart. Restart brings up an empty Node with `options`.
   void Kill(size_t node);
   void Restart(size_t node, NodeOptions options);
-  void Slow(size_t node, double factor);
-  // Frames between gateways [from, to] and the node vanish while cut.
+  // A slowdown by `factor` starts (on) or ends; while several overlap the largest holds.
+  void Slow(size_t node, double factor, bool on);
+  // Frames between gateways [from, to] and the node vanish while cut; cuts that overlap each
+  // end on their own heal.
   void Cut(int from, int to, size_t node, bool cut);
 
   // The hand-off a ring change queued on `node`: its frames go to the receivers directly.
