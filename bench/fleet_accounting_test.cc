@@ -314,7 +314,9 @@ TEST(ExactWorstWindow, MatchesBruteForce) {
       bool sorted_starts = std::is_sorted(spans.begin(), spans.end(), [](const Admission& x, const Admission& y) {
         return x.start_us < y.start_us;
       });
-      if (sorted_starts) EXPECT_EQ(FindWorstWindow(spans, bound).over, over) << "round " << round;
+      if (sorted_starts) {
+        EXPECT_EQ(FindWorstWindow(spans, bound).over, over) << "round " << round;
+      }
     }
   }
 }
