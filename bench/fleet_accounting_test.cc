@@ -47,6 +47,14 @@ class Accounting : public ::testing::Test {
     r.measured = 1;
     return r;
   }
+  // Four keys in two tenants, four accounts.
+  static Scenario Small() {
+    Scenario s;
+    s.keys = 4;
+    s.tenants = 2;
+    s.accounts = 4;
+    return s;
+  }
   // The same, decided by its own CHECK (charged between its arrival and its decision).
   static DecisionRecord Checked(DecisionRecord r) {
     r.checked = 1;
@@ -168,11 +176,7 @@ TEST_F(Accounting, ArrivalsBeforeTheMeasurementSetStateButCountNothing) {
 }
 
 TEST_F(Accounting, StoreAdmissionsWithinThePromisePass) {
-  Scenario s;
-  s.keys = 4;
-  s.tenants = 2;
-  s.accounts = 4;
-  const Workload w(s);
+  const Workload w(Small());
   std::vector<DecisionRecord> r;
   // Checked admissions: each charged between its arrival and its decision.
   for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));  // the burst
@@ -190,11 +194,7 @@ TEST_F(Accounting, StoreAdmissionsWithinThePromisePass) {
 }
 
 TEST_F(Accounting, AStoreDecisionOfALeasedPolicyMayBePaidFromUnitsInHand) {
-  Scenario s;
-  s.keys = 4;
-  s.tenants = 2;
-  s.accounts = 4;
-  const Workload w(s);
+  const Workload w(Small());
   // 300 admissions in 10 ms, decided by replies: the units may have come from leases granted
   // up to a TTL (and a deadline) before, so in charge time this is B + L·1 s, not over; as
   // CHECKs it would be.
@@ -206,11 +206,7 @@ TEST_F(Accounting, AStoreDecisionOfALeasedPolicyMayBePaidFromUnitsInHand) {
 }
 
 TEST_F(Accounting, LeasedUnitsCountWhenSpentInRealTime) {
-  Scenario s;
-  s.keys = 4;
-  s.tenants = 2;
-  s.accounts = 4;
-  const Workload w(s);
+  const Workload w(Small());
   std::vector<DecisionRecord> r;
   // The burst at 500 ms, then leased units spent by gateway 1 half a second later: they may
   // have been charged up to a TTL before they were spent, before the burst, so in charge time
@@ -231,11 +227,7 @@ TEST_F(Accounting, LeasedUnitsCountWhenSpentInRealTime) {
 }
 
 TEST_F(Accounting, FallbackKeysAreJudgedByTheirAllowance) {
-  Scenario s;
-  s.keys = 4;
-  s.tenants = 2;
-  s.accounts = 4;
-  const Workload w(s);
+  const Workload w(Small());
   std::vector<DecisionRecord> r;
   for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));
   // One gateway falls back: its L/N bucket adds B/N = 50 at once.
