@@ -55,7 +55,7 @@ class Accounting : public ::testing::Test {
     s.accounts = 4;
     return s;
   }
-  // The same, decided by its own CHECK (charged between its arrival and its decision).
+  // `r` decided by its own CHECK (charged between its arrival and its decision).
   static DecisionRecord Checked(DecisionRecord r) {
     r.checked = 1;
     return r;
