@@ -343,13 +343,9 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
     Result<RunTotals> part = ReadPartial(path);
     if (!part) return fail(part.error());
     if (!total.parts_included.empty()) {
-      if (part->scenario != total.scenario || part->seed != total.seed ||
-          part->rate != total.rate || part->gateways != total.gateways ||
-          part->parts != total.parts || part->duration_s != total.duration_s ||
-          part->warmup_s != total.warmup_s || part->spread != total.spread ||
-          part->loops != total.loops) {
-        return fail(path + " is a part of another run (scenario, seed, rate, gateways, parts, "
-                           "duration, warm-up, spread and loops must all match)");
+      if (SettingsJson(*part) != SettingsJson(total)) {
+        return fail(path + " is a part of another run (scenario, seed, rate, gateways, nodes, "
+                           "duration, warm-up, spread, loops, deadline and parts must all match)");
       }
       for (int i : part->parts_included) {
         if (std::find(total.parts_included.begin(), total.parts_included.end(), i) !=

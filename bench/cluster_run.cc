@@ -48,12 +48,10 @@ struct Gateway {
 // Everything runs on the scheduler's thread; the progress counters may be read from any.
 class LoopRun {
  public:
-  LoopRun(const Scenario& s, const ClusterBenchOptions& o, const PolicySet& policies,
-          const Workload& w, int loop, int loops, double rate, AsioScheduler& scheduler,
-          std::vector<Gateway*> slots)
-      : s_(s),
-        o_(o),
-        policies_(policies),
+  LoopRun(const ClusterBenchOptions& o, const CheckedArrivals& checked, const Workload& w,
+          int loop, int loops, double rate, AsioScheduler& scheduler, std::vector<Gateway*> slots)
+      : o_(o),
+        checked_(checked),
         w_(w),
         loop_(loop),
         loops_(loops),
@@ -88,6 +86,7 @@ class LoopRun {
   uint64_t store_ops_measured() const { return ops_at_end_ - ops_at_measure_; }
   // Read after the future is ready.
   std::vector<DecisionRecord>& records() { return records_; }
+  const std::string& first_error() const { return first_error_; }
 
  private:
   static constexpr int64_t kTickUs = 100;  // arrivals due are issued at least this often
@@ -129,14 +128,13 @@ class LoopRun {
     if (dry_ || g == nullptr) return;
     offered_.fetch_add(1, std::memory_order_relaxed);
     ++outstanding_;
-    const Policy& policy = *policies_.Find(a.request.policy);
     DecisionRecord r;
     r.intended_us = intended_us - t0_;
     r.index = static_cast<uint32_t>(a.index);
     r.gateway = static_cast<uint16_t>(loop_ + static_cast<int>(slot) * loops_);
     r.kind = static_cast<uint8_t>(a.kind);
     r.cost = static_cast<int32_t>(a.cost);
-    r.checked = policy.mode == LeaseMode::kStrict || !policies_.LeasesAlike(policy, a.request.operation);
+    r.checked = checked_(a);
     g->core->DecideAsync(a.request, [this, r](client::Decision d) mutable { Done(r, d); });
   }
 
@@ -176,13 +174,8 @@ class LoopRun {
     }
   }
 
- public:
-  const std::string& first_error() const { return first_error_; }
-
- private:
-  const Scenario s_;
   const ClusterBenchOptions& o_;
-  const PolicySet& policies_;
+  const CheckedArrivals& checked_;
   const Workload& w_;
   const int loop_, loops_;
   const double rate_;
@@ -207,7 +200,7 @@ class Harness {
  public:
   Harness(const ClusterRunSpec& spec, const ClusterBenchOptions& o, const PolicySet& policies,
           const Workload& workload, const std::vector<std::string>& members)
-      : spec_(spec), o_(o), policies_(policies), workload_(workload) {
+      : spec_(spec), o_(o), workload_(workload), checked_(policies) {
     const Scenario& s = spec.scenario;
     loops_ = std::max(1, std::min(o.loops, s.gateways));
     for (int l = 0; l < loops_; ++l) schedulers_.push_back(std::make_unique<AsioScheduler>());
@@ -326,10 +319,7 @@ class Harness {
         ++s.decided;
         if (d.source == static_cast<uint8_t>(client::Source::kFallback)) ++s.fallbacks;
         const uint64_t latency = static_cast<uint64_t>(std::max<int64_t>(0, d.done_us - d.intended_us));
-        s.latency.counts[static_cast<size_t>(Histogram::BucketOf(latency))]++;
-        s.latency.count++;
-        s.latency.sum += latency;
-        s.latency.max = std::max(s.latency.max, latency);
+        s.latency.Record(latency);
         const size_t arrived = static_cast<size_t>(std::max<int64_t>(0, d.intended_us) / 1'000'000);
         if (t.seconds.size() <= arrived) t.seconds.resize(arrived + 1);
         ++t.seconds[arrived].offered;
@@ -343,10 +333,7 @@ class Harness {
         } else if (d.allowed) {
           ++t.allowed;
         }
-        t.latency.counts[static_cast<size_t>(Histogram::BucketOf(latency))]++;
-        t.latency.count++;
-        t.latency.sum += latency;
-        t.latency.max = std::max(t.latency.max, latency);
+        t.latency.Record(latency);
       }
       r->records().clear();
     }
@@ -376,7 +363,7 @@ class Harness {
         Gateway& gw = gateways_[static_cast<size_t>(g)];
         slots.push_back(with_gateways && gw.core ? &gw : nullptr);
       }
-      runs.push_back(std::make_unique<LoopRun>(s, o_, policies_, workload_, l, loops_,
+      runs.push_back(std::make_unique<LoopRun>(o_, checked_, workload_, l, loops_,
                                                s.rate / loops_, *schedulers_[static_cast<size_t>(l)],
                                                std::move(slots)));
     }
@@ -393,8 +380,8 @@ class Harness {
 
   const ClusterRunSpec spec_;
   const ClusterBenchOptions& o_;
-  const PolicySet& policies_;
   const Workload& workload_;
+  const CheckedArrivals checked_;
   int loops_ = 1;
   std::vector<std::unique_ptr<AsioScheduler>> schedulers_;
   std::vector<Gateway> gateways_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/policy.h"
+
 namespace limiter::bench {
 
 std::optional<Scenario> FindScenario(const std::string& name) {
@@ -81,7 +83,7 @@ Arrival Workload::Draw(std::mt19937_64& rng) const {
   a.request.key = keys_[a.index];
   a.request.tenant = tenant_of_key(a.index);
   if (endpoint < s_.login_share + s_.report_share) {
-    a.request.operation = "report";
+    a.request.operation = kReportOperation;
     a.cost = 20;
   }
   return a;
@@ -95,10 +97,19 @@ Arrival Workload::ForKey(size_t index, std::mt19937_64& rng) const {
   a.request.key = keys_[index];
   a.request.tenant = tenant_of_key(index);
   if (uniform(rng) < s_.report_share) {
-    a.request.operation = "report";
+    a.request.operation = kReportOperation;
     a.cost = 20;
   }
   return a;
+}
+
+CheckedArrivals::CheckedArrivals(const PolicySet& policies) {
+  for (int k = 0; k < kKinds; ++k) {
+    const Policy& p = *policies.Find(KindPolicy(static_cast<Kind>(k)));
+    const bool strict = p.mode == LeaseMode::kStrict;
+    checked_[static_cast<size_t>(k)][0] = strict || !policies.LeasesAlike(p, "");
+    checked_[static_cast<size_t>(k)][1] = strict || !policies.LeasesAlike(p, kReportOperation);
+  }
 }
 
 }  // namespace limiter::bench

@@ -4,13 +4,19 @@
 // Drawing a request is a pure function of the random stream, so a seed repeats a run.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "limiter/client/client.h"
+
+namespace limiter {
+class PolicySet;
+}
 
 namespace limiter::bench {
 
@@ -49,6 +55,9 @@ class Zipf {
 enum Kind { kApiKey, kLogin, kKinds };
 inline const char* KindPolicy(Kind k) { return k == kApiKey ? "api_key" : "login"; }
 
+// The report endpoint's operation (cost 20 in the scenario's policy file).
+inline constexpr std::string_view kReportOperation = "report";
+
 // One arrival: what it asks, and which key of which kind it is for.
 struct Arrival {
   client::Request request;
@@ -77,6 +86,20 @@ class Workload {
   Zipf zipf_keys_;
   Zipf zipf_accounts_;
   std::vector<std::string> keys_, tenants_, accounts_;
+};
+
+// Whether an arrival is decided by a CHECK however the client works (a strict policy, or an
+// operation a lease cannot pay), worked out once from the policies for each kind and
+// endpoint. Precondition: the policies hold every kind's policy (the harnesses check).
+class CheckedArrivals {
+ public:
+  explicit CheckedArrivals(const PolicySet& policies);
+  bool operator()(const Arrival& a) const {
+    return checked_[a.kind][a.request.operation.empty() ? 0 : 1];
+  }
+
+ private:
+  std::array<std::array<bool, 2>, kKinds> checked_{};
 };
 
 }  // namespace limiter::bench

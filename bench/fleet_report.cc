@@ -52,6 +52,15 @@ Json WorstJson(const WorstKey& w) {
           {"excess", w.excess},           {"within_allowance", w.within_allowance}};
 }
 
+Json SettingsJson(const RunTotals& run) {
+  return {{"scenario", run.scenario},     {"seed", run.seed},
+          {"rate", run.rate},             {"gateways", run.gateways},
+          {"nodes", run.nodes},           {"duration_s", run.duration_s},
+          {"warmup_s", run.warmup_s},     {"spread", run.spread},
+          {"loops", run.loops},           {"deadline_us", run.deadline_us},
+          {"parts", run.parts}};
+}
+
 Json AccuracyJson(const Accuracy& a) {
   return {{"keys_checked", a.keys_checked},
           {"keys_over_promise", a.keys_over_promise},
@@ -159,19 +168,9 @@ std::optional<std::string> WritePartial(const RunTotals& run, const std::string&
                      {"wall_s", u.wall_s}, {"rss_bytes", u.rss_bytes}, {"frames", u.frames},
                      {"store_ops", u.store_ops}});
   }
-  const Json j = {
+  Json j = SettingsJson(run);
+  j.update({
       {"partial_format", kPartialFormat},
-      {"scenario", run.scenario},
-      {"seed", run.seed},
-      {"rate", run.rate},
-      {"gateways", run.gateways},
-      {"nodes", run.nodes},
-      {"duration_s", run.duration_s},
-      {"warmup_s", run.warmup_s},
-      {"spread", run.spread},
-      {"loops", run.loops},
-      {"deadline_us", run.deadline_us},
-      {"parts", run.parts},
       {"parts_included", run.parts_included},
       {"t0_wall_us", run.t0_wall_us},
       {"issued", run.issued},
@@ -192,7 +191,7 @@ std::optional<std::string> WritePartial(const RunTotals& run, const std::string&
       {"arrivals_generated", run.arrivals_generated},
       {"node_usage", nodes},
       {"records", run.records.size()},
-      {"record_bytes", sizeof(DecisionRecord)}};
+      {"record_bytes", sizeof(DecisionRecord)}});
   std::ofstream f(json_path);
   f << j.dump(1) << '\n';
   if (!f) return "cannot write " + json_path;
@@ -326,16 +325,8 @@ Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload
   const double achieved = static_cast<double>(run.decided) / span_s;
   const double per_request =
       run.issued ? static_cast<double>(run.store_ops) / static_cast<double>(run.issued) : 0;
-  Json r = {
-      {"scenario", run.scenario},
-      {"seed", run.seed},
-      {"gateways", run.gateways},
-      {"nodes", run.nodes},
-      {"duration_s", run.duration_s},
-      {"warmup_s", run.warmup_s},
-      {"spread", run.spread},
-      {"loops", run.loops},
-      {"parts", run.parts},
+  Json r = SettingsJson(run);
+  r.update({
       {"parts_included", run.parts_included},
       {"offered_rps", offered},
       {"achieved_rps", achieved},
@@ -370,7 +361,7 @@ Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload
         {"billing", run.fallback_by_class[2]},
         {"capacity", run.fallback_by_class[3]}}},
       {"node_usage", Json::array()},
-      {"per_second", Json::array()}};
+      {"per_second", Json::array()}});
   r.update(AccuracyJson(a));
   if (!run.first_error.empty()) r["first_error"] = run.first_error;
   double node_cpu = 0;

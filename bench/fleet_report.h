@@ -84,6 +84,10 @@ Result<RunTotals> ReadPartial(const std::string& json_path);
 nlohmann::json BuildReport(const RunTotals& run, const PolicySet& policies,
                            const Workload& workload, std::string* markdown);
 
+// What makes runs one run: the scenario, seed, rate, gateways, nodes, duration, warm-up,
+// spread, loops, deadline and part count (not which parts).
+nlohmann::json SettingsJson(const RunTotals& run);
+
 // The accuracy's worst keys as JSON, and that JSON as a line of a report's table.
 nlohmann::json WorstJson(const WorstKey& w);
 // The accuracy's fields of a report (keys_over_promise, keys_over_allowance, ...).

@@ -46,6 +46,7 @@ class FleetSim {
       : o_(o),
         s_(s),
         policies_(policies),
+        checked_(policies),
         workload_(s),
         faults_(std::move(faults)),
         clock_(sched_),
@@ -154,9 +155,7 @@ class FleetSim {
     const Kind kind = a.kind;
     const size_t index = a.index;
     const int64_t cost = a.cost;
-    const Policy& policy = *policies_.Find(a.request.policy);
-    const bool checked =
-        policy.mode == LeaseMode::kStrict || !policies_.LeasesAlike(policy, a.request.operation);
+    const bool checked = checked_(a);
     gateways_[g]->DecideAsync(a.request, [this, g, kind, index, cost, checked, intended_us](
                                              client::Decision d) {
       Done(g, kind, index, cost, checked, intended_us, d);
@@ -289,6 +288,7 @@ class FleetSim {
   const FleetSimOptions& o_;
   const Scenario s_;
   const PolicySet& policies_;
+  const CheckedArrivals checked_;
   const Workload workload_;
   const std::vector<Fault> faults_;
   sim::SimScheduler sched_{kStartUs};

@@ -64,6 +64,13 @@ void Histogram::Snapshot::Merge(const Snapshot& o) {
   max = std::max(max, o.max);
 }
 
+void Histogram::Snapshot::Record(uint64_t value) {
+  ++counts[static_cast<size_t>(BucketOf(value))];
+  ++count;
+  sum += value;
+  max = std::max(max, value);
+}
+
 uint64_t Histogram::Snapshot::Quantile(double q) const {
   uint64_t total = 0;
   for (uint64_t c : counts) total += c;

@@ -37,6 +37,8 @@ class Histogram {
     uint64_t max = 0;
 
     void Merge(const Snapshot& other);
+    // Adds one value, as Histogram::Record does (for a snapshot built by one thread).
+    void Record(uint64_t value);
     // The value at quantile q in [0, 1]: the upper end of the bucket holding it, capped at
     // the largest value recorded. 0 when empty.
     uint64_t Quantile(double q) const;

@@ -104,5 +104,19 @@ TEST(Histogram, MergeEqualsRecordingEverythingInOne) {
   EXPECT_EQ(empty.counts, expected.counts);
 }
 
+TEST(Histogram, ASnapshotRecordsAsTheHistogramDoes) {
+  Histogram h;
+  Histogram::Snapshot s;
+  for (uint64_t v : {0ull, 1ull, 31ull, 32ull, 1000ull, 123456789ull}) {
+    h.Record(v);
+    s.Record(v);
+  }
+  const Histogram::Snapshot read = h.Read();
+  EXPECT_EQ(s.counts, read.counts);
+  EXPECT_EQ(s.count, read.count);
+  EXPECT_EQ(s.sum, read.sum);
+  EXPECT_EQ(s.max, read.max);
+}
+
 }  // namespace
 }  // namespace limiter
