@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bench/cluster_bench.h"
@@ -263,6 +264,48 @@ TEST(ClusterPartsTest, ACorruptPartialReportIsOneClearError) {
   Result<RunTotals> read = ReadPartial(good);
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.error().find("decision 0: key rank 999999999"), std::string::npos) << read.error();
+  std::filesystem::remove_all(dir);
+}
+
+// Parts that cannot be one run are refused with the reason, whatever order they come in.
+TEST(ClusterPartsTest, MergeRefusesPartsThatAreNotOneRun) {
+  const std::string dir = ::testing::TempDir() + "/foreign_parts_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto part = [&](int i, uint64_t seed, int64_t t0_wall_us) {
+    RunTotals run;
+    run.scenario = "50k";
+    run.seed = seed;
+    run.gateways = 4;
+    run.parts = 2;
+    run.parts_included = {i};
+    run.duration_s = 1;
+    run.t0_wall_us = t0_wall_us;
+    const std::string path = dir + "/p" + std::to_string(i) + "-" + std::to_string(seed) + "-" +
+                             std::to_string(t0_wall_us) + ".json";
+    EXPECT_FALSE(WritePartial(run, path).has_value());
+    return path;
+  };
+  auto merge = [&](std::vector<std::string> parts, const std::string& policies) {
+    MergeOptions m;
+    m.parts = std::move(parts);
+    m.policies = policies;
+    std::ostringstream out, err;
+    const int code = RunMerge(m, out, err);
+    return std::make_pair(code, err.str());
+  };
+  const int64_t t0 = 1'700'000'000'000'000;
+  auto [code, err] = merge({part(0, 1, t0), part(1, 2, t0)}, LIMITER_CLUSTER_POLICIES);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(err.find("is a part of another run"), std::string::npos) << err;
+  std::tie(code, err) =
+      merge({part(0, 1, t0), part(1, 1, t0 + 2 * 3'600'000'000)}, LIMITER_CLUSTER_POLICIES);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(err.find("more than an hour apart"), std::string::npos) << err;
+  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, LIMITER_BENCH_POLICIES);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(err.find("has no policy 'api_key'"), std::string::npos) << err;
+  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, LIMITER_CLUSTER_POLICIES);
+  EXPECT_EQ(code, 0) << err;
   std::filesystem::remove_all(dir);
 }
 
