@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 
 PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
-  libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev
+  libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev libabsl-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
   libcpp-httplib-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox unzip
 )

@@ -64,6 +64,8 @@ class SimClock final : public Clock {
  public:
   explicit SimClock(const SimScheduler& s) : s_(s) {}
   int64_t NowMs() const override { return s_.NowUs() / 1000; }
+  // A fixed epoch plus the simulated time: a seeded run repeats exactly.
+  int64_t WallMs() const override { return ManualClock::kWallStartMs + NowMs(); }
 
  private:
   const SimScheduler& s_;

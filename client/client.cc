@@ -2,9 +2,11 @@
 #include <asio.hpp>
 #include <condition_variable>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "client/asio_scheduler.h"
+#include "client/billing_journal.h"
 #include "client/client_core.h"
 #include "client/tcp_transport.h"
 #include "client/node_access.h"
@@ -57,6 +59,9 @@ class RealClient final : public Client {
     core_.DecideAsync(request, std::move(done));
   }
   Counters counters() const override { return core_.counters(); }
+  std::optional<std::string> RestoreBillingDebts(BillingJournal::Replay replay) {
+    return core_.RestoreBillingDebts(std::move(replay));
+  }
   void ReturnLeases() override {
     std::promise<void> returned;
     core_.ReturnLeases([&returned] { returned.set_value(); });
@@ -69,6 +74,7 @@ class RealClient final : public Client {
     c.deadline_us = o.deadline.count();
     c.gateways = o.gateways;
     c.generation = o.members_dns.empty() ? o.members_generation : DnsGeneration();
+    c.max_billing_debts = o.max_billing_debts;
     return c;
   }
 
@@ -109,8 +115,26 @@ std::unique_ptr<Client> Client::Create(const Options& options, std::string* erro
   const TlsOptions tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
   Result<NodeAccess> access = LoadNodeAccess(options.secret_file, tls);
   if (!access) return fail(access.error());
-  return std::make_unique<RealClient>(std::move(policies).value(), std::move(members), options,
-                                      std::move(access).value());
+  if (options.billing_journal_sync.count() < 0) {
+    return fail("billing_journal_sync must not be negative");
+  }
+  // The journal first: a malformed one or one in use stops the client before it starts.
+  std::optional<BillingJournal::Replay> replay;
+  if (!options.billing_journal.empty()) {
+    BillingJournalOptions j;
+    j.sync_interval_ms = options.billing_journal_sync.count();
+    Result<BillingJournal::Replay> opened = BillingJournal::Open(options.billing_journal, j);
+    if (!opened) return fail(opened.error());
+    replay = std::move(opened).value();
+  }
+  auto client = std::make_unique<RealClient>(std::move(policies).value(), std::move(members),
+                                             options, std::move(access).value());
+  if (replay) {
+    if (std::optional<std::string> e = client->RestoreBillingDebts(std::move(*replay))) {
+      return fail(std::move(*e));
+    }
+  }
+  return client;
 }
 
 }  // namespace limiter::client

@@ -33,7 +33,8 @@ ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members, Sch
                {options.down_after_misses, options.probe_first_us, options.probe_max_us},
                SeedOr(options.seed)),
       buckets_(policies_, {options.gateways, options.deadline_us}, counters_),
-      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000, scheduler, counters_) {}
+      fallbacks_(policies_, options.gateways, options.probe_max_us / 1000,
+                 options.max_billing_debts, scheduler, counters_) {}
 
 ClientCore::~ClientCore() = default;
 
@@ -307,8 +308,10 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
     case OpAnswer::Status::kUnknownPolicy:
     case OpAnswer::Status::kKeysExhausted:
     case OpAnswer::Status::kMoving:
+    case OpAnswer::Status::kStoreError:
       // The owner cannot answer for this key now (a ring or policy change under way, the
-      // key being handed to it, a full node): the class decides, as when it is down (I4).
+      // key being handed to it, a full node, its stored state unreadable): the class
+      // decides, as when it is down (I4).
       ClientCounters::Add(counters_.store_errors);
       return Fallback(r, std::move(*done));
     case OpAnswer::Status::kSplit: {
@@ -499,7 +502,8 @@ void ClientCore::Reconcile(const std::string& address) {
            // A node that refuses the lease outright (the policy is strict there) never will.
            const bool refused = answered && a.status != OpAnswer::Status::kOk &&
                                 a.status != OpAnswer::Status::kKeysExhausted &&
-                                a.status != OpAnswer::Status::kMoving;
+                                a.status != OpAnswer::Status::kMoving &&
+                                a.status != OpAnswer::Status::kStoreError;
            const int64_t now = scheduler_.NowUs();
            if (!fallbacks_.SettleDebt(id, paid, refused, now + options_.reconcile_retry_us)) {
              scheduler_.After(options_.reconcile_retry_us, [this, address] { Reconcile(address); });
@@ -507,6 +511,20 @@ void ClientCore::Reconcile(const std::string& address) {
            Reconcile(address);  // the next debt, if any is due
          });
   }
+}
+
+std::optional<std::string> ClientCore::RestoreBillingDebts(BillingJournal::Replay replay) {
+  std::optional<std::string> error = fallbacks_.RestoreDebts(
+      std::move(replay), [this](const Policy& p, std::string_view key, std::string_view tenant) {
+        return OwnerFor(p, key, tenant, {});
+      });
+  if (error) return error;
+  // Paid as after an owner's return: a few calls at a time; one that is down is probed, and
+  // paid when it answers.
+  scheduler_.Post([this, owners = fallbacks_.Creditors()] {
+    for (const std::string& owner : owners) Reconcile(owner);
+  });
+  return std::nullopt;
 }
 
 // ----- membership, counters, returns -----
@@ -536,6 +554,7 @@ client::Counters ClientCore::counters() const {
   buckets_.AddCounters(c);
   c.nodes_down = routing_.nodes_down();
   c.fallback_limiters = fallbacks_.limiters();
+  fallbacks_.AddCounters(c);
   c.rings_adopted = routing_.adopted();
   return c;
 }

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/billing_journal.h"
 #include "client/client_counters.h"
 #include "client/fallbacks.h"
 #include "client/lease_buckets.h"
@@ -49,6 +50,8 @@ struct ClientCoreOptions {
   int reconcile_in_flight = 4;  // billing debts paid back at once, per node
   uint64_t generation = 0;      // of the member list given to the constructor
   uint64_t seed = 0;            // probe jitter; 0: a random one
+  // Keys that may owe billing units at once (client::Options::max_billing_debts).
+  size_t max_billing_debts = 100'000;
 };
 
 class ClientCore {
@@ -78,6 +81,11 @@ class ClientCore {
   client::Counters counters() const;
   // Leased units not yet spent nor lapsed, over every key.
   int64_t HeldUnits() const;
+  // Billing debts read back from a journal (billing_journal.h): restored (Fallbacks) and paid
+  // to the owners of their keys under this client's ring. Before the first request. An
+  // error: the journal could not be rewritten.
+  std::optional<std::string> RestoreBillingDebts(BillingJournal::Replay replay);
+
   // RETURNs every unspent leased unit; `done` runs on the scheduler's thread when every
   // RETURN has been answered or has missed its deadline.
   void ReturnLeases(std::function<void()> done);

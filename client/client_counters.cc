@@ -19,6 +19,12 @@ void ClientCounters::CopyTo(client::Counters& c) const {
   c.units_expired = get(units_expired);
   c.late_grants_kept = get(late_grants_kept);
   c.split_redirects = get(split_redirects);
+  c.billing_debt_units_paid = get(billing_units_paid);
+  c.billing_debt_units_dropped = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    c.billing_debt_units_dropped_by_reason[i] = get(billing_units_dropped[i]);
+    c.billing_debt_units_dropped += c.billing_debt_units_dropped_by_reason[i];
+  }
 }
 
 }  // namespace limiter

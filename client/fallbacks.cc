@@ -1,6 +1,9 @@
 #include "client/fallbacks.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
 
 #include "common/protocol.h"
 
@@ -20,11 +23,12 @@ struct Fallbacks::Shedder {
 };
 
 Fallbacks::Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms,
-                     Scheduler& scheduler, ClientCounters& counters)
+                     size_t max_debts, Scheduler& scheduler, ClientCounters& counters)
     : policies_(policies),
       scheduler_(scheduler),
       counters_(counters),
-      deny_retry_ms_(deny_retry_ms) {
+      deny_retry_ms_(deny_retry_ms),
+      max_debts_(max_debts) {
   const int64_t n = std::max(1, gateways);
   for (const Policy& p : policies_.policies()) {
     // L/N per W is L per N*W, exactly; the burst shrinks the same way.
@@ -62,23 +66,12 @@ void Fallbacks::Decide(const ResolvedRequest& r, const std::string& owner, Done 
     case LimitClass::kContract:
       LocalLimits(r, std::move(d), std::move(done));
       return;
-    case LimitClass::kBilling: {
+    case LimitClass::kBilling:
       // Fail open, and owe the owner what was used.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        Debt& debt = debts_[r.id];
-        if (debt.key.empty()) {
-          debt.policy = r.index;
-          debt.key = std::string(r.key);
-          debt.tenant = std::string(r.tenant);
-        }
-        debt.owner = owner;
-        debt.units += r.cost;
-      }
+      Owe(r, owner);
       d.allowed = true;
       Finish(std::move(d), done);
       return;
-    }
     case LimitClass::kCapacity:
       Shed(r, std::move(d), std::move(done));
       return;
@@ -226,10 +219,57 @@ void Fallbacks::ReleaseSlot(int policy) {
   scheduler_.Post([this, policy, next] { GrantSlot(policy, next); });
 }
 
+// ----- billing debts -----
+
+namespace {
+
+void Log(const std::string& line) { std::fprintf(stderr, "limiter client: %s\n", line.c_str()); }
+
+}  // namespace
+
+void Fallbacks::Drop(size_t reason, int64_t units) {
+  ClientCounters::Add(counters_.billing_units_dropped[reason], static_cast<uint64_t>(units));
+}
+
+void Fallbacks::Owe(const ResolvedRequest& r, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(debts_mu_);
+  auto it = debts_.find(r.id);
+  if (it == debts_.end()) {
+    if (debts_.size() >= max_debts_) {
+      Drop(ClientCounters::kUnrecorded, r.cost);
+      if (!full_logged_) {
+        full_logged_ = true;
+        Log("billing debts: " + std::to_string(debts_.size()) +
+            " keys owe units, the most allowed (Options::max_billing_debts): requests of other "
+            "keys are admitted and their units dropped (billing_debt_units_dropped)");
+      }
+      return;
+    }
+    Debt& debt = debts_[r.id];
+    debt.number = next_number_++;
+    debt.policy = r.index;
+    debt.key = std::string(r.key);
+    debt.tenant = std::string(r.tenant);
+    debt.owner = owner;
+    debt.units = r.cost;
+    owed_units_ += r.cost;
+    if (journal_) journal_->Opened(debt.number, r.policy->name, r.key, r.tenant, r.cost);
+    return;
+  }
+  Debt& debt = it->second;
+  debt.owner = owner;
+  const int64_t units = std::min(r.cost, BillingJournal::kMaxUnits - debt.units);
+  if (units < r.cost) Drop(ClientCounters::kUnrecorded, r.cost - units);
+  if (units <= 0) return;
+  debt.units += units;
+  owed_units_ += units;
+  if (journal_) journal_->Added(debt.number, units);
+}
+
 std::vector<Fallbacks::DebtCall> Fallbacks::TakeDebts(const std::string& owner, size_t max,
                                                       int64_t now_us) {
   std::vector<DebtCall> calls;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(debts_mu_);
   for (auto& [id, debt] : debts_) {
     if (calls.size() == max) break;
     if (debt.owner != owner || debt.in_flight || debt.units <= 0 || debt.due_us > now_us) {
@@ -242,18 +282,132 @@ std::vector<Fallbacks::DebtCall> Fallbacks::TakeDebts(const std::string& owner, 
 }
 
 bool Fallbacks::SettleDebt(const KeyId& id, int64_t paid, bool refused, int64_t retry_at_us) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(debts_mu_);
   auto it = debts_.find(id);
   if (it == debts_.end()) return true;
   Debt& debt = it->second;
   debt.in_flight = false;
+  paid = std::clamp<int64_t>(paid, 0, debt.units);
   debt.units -= paid;
+  owed_units_ -= paid;
+  ClientCounters::Add(counters_.billing_units_paid, static_cast<uint64_t>(paid));
   if (debt.units > 0 && !refused) {
     debt.due_us = retry_at_us;
+    if (paid > 0 && journal_) journal_->Paid(debt.number, paid);
     return false;
   }
+  if (debt.units > 0) {  // the owner never will take it
+    Drop(ClientCounters::kRefused, debt.units);
+    owed_units_ -= debt.units;
+  }
+  if (journal_) {
+    journal_->Closed(debt.number, debt.units > 0 ? BillingJournal::CloseReason::kRefused
+                                                 : BillingJournal::CloseReason::kPaid);
+  }
   debts_.erase(it);
+  if (debts_.size() < max_debts_ - max_debts_ / 10) full_logged_ = false;
   return true;
+}
+
+std::optional<std::string> Fallbacks::RestoreDebts(BillingJournal::Replay replay,
+                                                   const OwnerOf& owner_of) {
+  journal_ = std::move(replay.journal);
+  const std::string where = "billing journal " + journal_->path() + ": ";
+  if (!replay.torn.empty()) Log(where + replay.torn);
+  std::map<std::string, std::pair<uint64_t, int64_t>> gone;  // why -> debts, units
+  std::pair<uint64_t, int64_t> kept{0, 0}, full{0, 0};
+  {
+    std::lock_guard<std::mutex> lock(debts_mu_);
+    for (JournalDebt& j : replay.debts) {
+      const Policy* p = policies_.Find(j.policy);
+      if (p == nullptr || protocol::MissingTenantError(*p, j.tenant)) {
+        const std::string why =
+            p == nullptr ? "policy '" + j.policy + "' is no longer in " + policies_.source()
+                         : "policy '" + j.policy + "' now needs a tenant, which they do not name";
+        ++gone[why].first;
+        gone[why].second += j.units;
+        Drop(ClientCounters::kPolicyGone, j.units);
+        continue;
+      }
+      const KeyId id = protocol::LimitId(*p, j.key, j.tenant);
+      auto it = debts_.find(id);
+      if (it != debts_.end()) {  // one limit now (a policy that no longer nests): merged
+        const int64_t units = std::min(j.units, BillingJournal::kMaxUnits - it->second.units);
+        if (units < j.units) Drop(ClientCounters::kUnrecorded, j.units - units);
+        it->second.units += units;
+        owed_units_ += units;
+        kept.second += units;
+        continue;
+      }
+      if (debts_.size() >= max_debts_) {
+        ++full.first;
+        full.second += j.units;
+        Drop(ClientCounters::kUnrecorded, j.units);
+        continue;
+      }
+      Debt& debt = debts_[id];
+      debt.number = next_number_++;
+      debt.policy = static_cast<int>(p - policies_.policies().data());
+      debt.key = std::move(j.key);
+      debt.tenant = std::move(j.tenant);
+      debt.owner = owner_of(*p, debt.key, debt.tenant);
+      debt.units = j.units;
+      owed_units_ += j.units;
+      ++kept.first;
+      kept.second += j.units;
+    }
+  }
+  for (const auto& [why, dropped] : gone) {
+    Log(where + "dropped " + std::to_string(dropped.first) + " debts (" +
+        std::to_string(dropped.second) + " units): " + why);
+  }
+  if (full.first > 0) {
+    Log(where + "dropped " + std::to_string(full.first) + " debts (" + std::to_string(full.second) +
+        " units): more keys than Options::max_billing_debts (" + std::to_string(max_debts_) + ")");
+  }
+  if (!replay.debts.empty()) {
+    Log(where + "replayed " + std::to_string(kept.first) + " debts (" +
+        std::to_string(kept.second) + " units) to pay back");
+  }
+  // The file from now on: exactly the debts kept, under the numbers they have here.
+  if (!CompactJournal()) return where + "could not be rewritten: " + journal_->last_error();
+  journal_->Start([this] { CompactJournal(); });
+  return std::nullopt;
+}
+
+std::vector<std::string> Fallbacks::Creditors() const {
+  std::set<std::string> owners;
+  std::lock_guard<std::mutex> lock(debts_mu_);
+  for (const auto& [id, debt] : debts_) {
+    if (!debt.owner.empty()) owners.insert(debt.owner);
+  }
+  return {owners.begin(), owners.end()};
+}
+
+bool Fallbacks::CompactJournal() {
+  if (!journal_) return true;
+  {
+    std::lock_guard<std::mutex> lock(debts_mu_);
+    BillingJournal::Image image;
+    for (const auto& [id, debt] : debts_) {
+      image.Add(debt.number, policies_.policies()[static_cast<size_t>(debt.policy)].name, debt.key,
+                debt.tenant, debt.units);
+    }
+    if (!journal_->BeginRewrite(std::move(image))) return false;
+  }
+  return journal_->FinishRewrite();
+}
+
+void Fallbacks::AddCounters(client::Counters& c) const {
+  {
+    std::lock_guard<std::mutex> lock(debts_mu_);
+    c.billing_debts = debts_.size();
+    c.billing_debt_units = static_cast<uint64_t>(owed_units_);
+  }
+  if (journal_) {
+    c.billing_journal_errors = journal_->errors();
+    c.billing_journal_rewrites = journal_->rewrites();
+  }
 }
 
 size_t Fallbacks::limiters() const {

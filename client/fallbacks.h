@@ -3,11 +3,17 @@
 // local bucket at L/N (or L with overshoot), billing open with the usage owed to the owner,
 // capacity to a local shedder. Every fallback decision is counted by class.
 //
-// Billing debts are paid back by leasing the owed units from the owner once it is back,
-// paced: at most a few calls in flight per node, so that a returning node is not stormed.
+// Billing debts are merged per key and bounded: at most max_debts keys owe units at once; a
+// request of another key is still admitted (billing fails open) but its units are dropped,
+// counted (billing_debt_units_dropped). With a journal (billing_journal.h) every change to a
+// debt is appended before the decision returns, so a restarted gateway pays what the last
+// one owed. Debts are paid back by leasing the owed units from the owner once it is back,
+// paced: at most a few calls in flight per node, so that a returning node is not stormed. A
+// payment in flight when the process dies is paid again after the restart: at least once.
 //
-// Thread-safety: any thread. The local limits and debts share one mutex; each capacity
-// shedder has its own. Callbacks run with no lock held.
+// Thread-safety: any thread. The local limits share one mutex, the debts (and the order of
+// their journal records) another; each capacity shedder has its own. Callbacks run with no
+// lock held.
 #pragma once
 
 #include <cstdint>
@@ -15,11 +21,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "client/billing_journal.h"
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
 #include "client/scheduler.h"
@@ -34,8 +43,8 @@ class Fallbacks {
  public:
   using Done = std::function<void(client::Decision)>;
 
-  Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms, Scheduler& scheduler,
-            ClientCounters& counters);
+  Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms, size_t max_debts,
+            Scheduler& scheduler, ClientCounters& counters);
   ~Fallbacks();
   Fallbacks(const Fallbacks&) = delete;
   Fallbacks& operator=(const Fallbacks&) = delete;
@@ -61,12 +70,29 @@ class Fallbacks {
 
   size_t limiters() const;
 
+  // Debts read back from a journal: each owed to `owner_of` its key now; those whose policy is
+  // gone from the policy file (or now needs a tenant they do not name), and any beyond
+  // max_debts, are dropped, counted and logged. The journal is rewritten to the debts kept,
+  // records every change from now on, and is compacted in the background. Before the first
+  // request. An error: the journal could not be rewritten.
+  using OwnerOf =
+      std::function<std::string(const Policy&, std::string_view key, std::string_view tenant)>;
+  std::optional<std::string> RestoreDebts(BillingJournal::Replay replay, const OwnerOf& owner_of);
+  // The owners that are owed something.
+  std::vector<std::string> Creditors() const;
+  // Rewrites the journal to the debts owed now (nothing without a journal). Holds the debts'
+  // lock while it encodes them, not while it writes. False when it failed (counted, logged)
+  // or another rewrite is under way.
+  bool CompactJournal();
+  void AddCounters(client::Counters& c) const;
+
  private:
   struct LocalLimit {
     KeyLimiter limiter;
     const Rate* rate;  // into contract_ or a policy's fallback
   };
   struct Debt {
+    uint64_t number = 0;  // in the journal
     int policy = 0;
     std::string key, tenant, owner;
     int64_t units = 0;
@@ -79,6 +105,8 @@ class Fallbacks {
   void GrantSlot(int policy, const std::shared_ptr<Done>& done);
   void ReleaseSlot(int policy);
   void Finish(client::Decision d, const Done& done);
+  void Owe(const ResolvedRequest& r, const std::string& owner);
+  void Drop(size_t reason, int64_t units);  // debts_mu_ held
 
   const PolicySet& policies_;
   Scheduler& scheduler_;
@@ -88,8 +116,17 @@ class Fallbacks {
   mutable std::mutex mu_;
   std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_;  // guarded by mu_
   size_t sweep_at_ = 64;                                     // guarded by mu_
-  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;         // guarded by mu_
   std::vector<std::unique_ptr<Shedder>> shedders_;           // per policy; own mutexes
+
+  const size_t max_debts_;
+  mutable std::mutex debts_mu_;
+  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;  // guarded by debts_mu_
+  int64_t owed_units_ = 0;                            // guarded by debts_mu_: over debts_
+  uint64_t next_number_ = 1;                          // guarded by debts_mu_
+  bool full_logged_ = false;                          // guarded by debts_mu_
+  // Appended to under debts_mu_. Last: destroyed first, its thread (which compacts from
+  // debts_) stopped before the debts go.
+  std::unique_ptr<BillingJournal> journal_;
 };
 
 }  // namespace limiter

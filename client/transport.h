@@ -51,6 +51,7 @@ struct OpAnswer {
     kWrongOwner,
     kSplit,  // the key is split: nothing charged, use its sub-buckets
     kMoving,  // the key is being handed to this node by its last owner: nothing charged
+    kStoreError,  // a durable key's stored state could not be read: nothing charged
   };
   Status status = Status::kOk;
   std::string error;

@@ -32,6 +32,7 @@ OpAnswer FromWire(const wire::OpReply& r) {
     case wire::Status::WrongOwner: a.status = OpAnswer::Status::kWrongOwner; break;
     case wire::Status::Split: a.status = OpAnswer::Status::kSplit; break;
     case wire::Status::Moving: a.status = OpAnswer::Status::kMoving; break;
+    case wire::Status::StoreError: a.status = OpAnswer::Status::kStoreError; break;
     default:
       a.status = OpAnswer::Status::kBadRequest;
       a.error = "unknown status " + std::to_string(static_cast<int>(r.status()));

@@ -7,7 +7,8 @@
 namespace limiter {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {{
+constexpr std::array<std::pair<std::string_view, int64_t>, 6> kUnits = {{
+    {"w", 604'800'000},
     {"d", 86'400'000},
     {"h", 3'600'000},
     {"m", 60'000},
@@ -29,6 +30,17 @@ std::optional<int64_t> ParseDurationMs(std::string_view text) {
     return value * ms;
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> ParseMonths(std::string_view text) {
+  if (!text.ends_with("mo")) return std::nullopt;
+  text.remove_suffix(2);
+  int64_t value = 0;
+  auto [rest, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || rest == text.data() || rest != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 std::string FormatDurationMs(int64_t ms) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #include "common/rate.h"
 
 namespace limiter {
+
+class Calendar;  // common/calendar.h
 
 // The class of a limit decides what happens when its store is unreachable (DESIGN.md).
 enum class LimitClass : uint8_t { kSecurity, kContract, kBilling, kCapacity };
@@ -64,6 +67,9 @@ struct Policy {
   // none given, so the policy shares the node's max_keys with the others.
   int64_t max_keys = 0;
   Scope scope = Scope::kRegion;
+  // align: calendar (fixed_window only): windows follow this calendar, and rate.window_ms() is
+  // its nominal window; null otherwise.
+  std::shared_ptr<const Calendar> calendar;
   int line = 0;  // 1-based line of its definition, for messages
 
   // The cost of an operation; operations not listed cost 1.

@@ -1,7 +1,11 @@
 #include "common/policy_file.h"
 
 #include <map>
+#include <memory>
+#include <optional>
 
+#include "common/calendar.h"
+#include "common/duration.h"
 #include "common/key_limiter.h"
 #include "common/read_file.h"
 #include "common/region_share.h"
@@ -20,8 +24,12 @@ class Loader {
 
  private:
   Policy ParsePolicy(const YAML::Node& node);
+  std::shared_ptr<const Calendar> ParseCalendar(const std::map<std::string, Field>& fields,
+                                                const YAML::Node& where, Algorithm algorithm) const;
+  // `window_ms`, when given, is the window instead of the `window` field's.
   Rate ParseRate(const std::map<std::string, Field>& fields, const YAML::Node& where,
-                 const std::string& prefix, bool burst_allowed) const;
+                 const std::string& prefix, bool burst_allowed,
+                 std::optional<int64_t> window_ms = std::nullopt) const;
   void ParseFallback(const Field& f, Policy& policy) const;
   void ResolveParents(std::vector<Policy>& policies);
 
@@ -62,8 +70,9 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
     r_.set_subject("policy '" + node["name"].Scalar() + "'");
   }
   auto fields = r_.Fields(node, "",
-                          {"name", "algorithm", "limit", "window", "burst", "class", "parent",
-                           "costs", "mode", "lease", "fallback", "durable", "scope", "max_keys"});
+                          {"name", "algorithm", "limit", "window", "align", "timezone", "burst",
+                           "class", "parent", "costs", "mode", "lease", "fallback", "durable",
+                           "scope", "max_keys"});
   auto require = [&](const char* name) -> const Field& {
     auto it = fields.find(name);
     if (it == fields.end()) r_.Fail(node, name, "missing (it is required)");
@@ -96,7 +105,9 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   }
   const bool bucket = p.algorithm == Algorithm::kTokenBucket || p.algorithm == Algorithm::kGcra ||
                       p.algorithm == Algorithm::kLeakyBucket;
-  p.rate = ParseRate(fields, node, "", bucket);
+  p.calendar = ParseCalendar(fields, node, p.algorithm);
+  p.rate = ParseRate(fields, node, "", bucket,
+                     p.calendar ? std::optional(p.calendar->nominal_window_ms()) : std::nullopt);
   if (auto why = UnsupportedRate(p.algorithm, p.rate)) r_.Fail(require("limit").value, "limit", *why);
 
   const Field& cls = require("class");
@@ -180,8 +191,56 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   return p;
 }
 
+// align: calendar, with its window (1d, 1w or 1mo) and timezone (UTC when none is given); null
+// without align, which then rejects what only calendar windows take: a timezone, months.
+std::shared_ptr<const Calendar> Loader::ParseCalendar(const std::map<std::string, Field>& fields,
+                                                      const YAML::Node& where,
+                                                      Algorithm algorithm) const {
+  auto optional = [&](const char* name) -> const Field* {
+    auto it = fields.find(name);
+    return it == fields.end() ? nullptr : &it->second;
+  };
+  const Field* align = optional("align");
+  const Field* timezone = optional("timezone");
+  const Field* window = optional("window");
+  if (align == nullptr) {
+    if (timezone != nullptr) r_.Fail(timezone->key, "timezone", "only applies to align: calendar");
+    if (window != nullptr && window->value.IsScalar() && ParseMonths(window->value.Scalar())) {
+      r_.Fail(window->value, "window",
+              "a window in months needs align: calendar, got '" + window->value.Scalar() + "'");
+    }
+    return nullptr;
+  }
+  const std::string text = r_.Scalar(*align, "align");
+  if (text != "calendar") r_.Fail(align->value, "align", "expected calendar, got '" + text + "'");
+  if (algorithm != Algorithm::kFixedWindow) {
+    r_.Fail(align->value, "align",
+            "align: calendar takes algorithm: fixed_window, not " +
+                std::string(AlgorithmName(algorithm)));
+  }
+  if (window == nullptr) r_.Fail(where, "window", "missing (it is required)");
+  const std::string span = r_.Scalar(*window, "window");
+  CalendarUnit unit = CalendarUnit::kDay;
+  if (span == "1w") {
+    unit = CalendarUnit::kWeek;
+  } else if (span == "1mo") {
+    unit = CalendarUnit::kMonth;
+  } else if (span != "1d") {
+    r_.Fail(window->value, "window",
+            "align: calendar takes a window of 1d, 1w or 1mo, got '" + span + "'");
+  }
+  const std::string zone = timezone != nullptr ? r_.Scalar(*timezone, "timezone") : "UTC";
+  Result<std::shared_ptr<const Calendar>> calendar = Calendar::Make(unit, zone);
+  if (!calendar) {
+    r_.Fail(timezone != nullptr ? timezone->value.Mark() : where.Mark(), "timezone",
+            calendar.error());
+  }
+  return *calendar;
+}
+
 Rate Loader::ParseRate(const std::map<std::string, Field>& fields, const YAML::Node& where,
-                       const std::string& prefix, bool burst_allowed) const {
+                       const std::string& prefix, bool burst_allowed,
+                       std::optional<int64_t> window_ms) const {
   auto require = [&](const char* name) -> const Field& {
     auto it = fields.find(name);
     if (it == fields.end()) r_.Fail(where, prefix + name, "missing (it is required)");
@@ -189,7 +248,8 @@ Rate Loader::ParseRate(const std::map<std::string, Field>& fields, const YAML::N
   };
   const Field& limit_field = require("limit");
   const int64_t limit = r_.PositiveInt(limit_field, prefix + "limit");
-  const int64_t window = r_.DurationMs(require("window"), prefix + "window");
+  const int64_t window =
+      window_ms ? *window_ms : r_.DurationMs(require("window"), prefix + "window");
   int64_t burst = limit;
   if (auto it = fields.find("burst"); it != fields.end()) {
     if (!burst_allowed) {

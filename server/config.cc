@@ -22,7 +22,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                                   "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
                                   "max_reply_bytes", "tls", "max_tls_handshakes",
                                   "handoff_deadline", "region", "regions", "rebalance_interval",
-                                  "region_floor", "region_max_keys"});
+                                  "region_floor", "region_max_keys", "data_dir", "durability",
+                                  "sync_interval"});
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
       return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
@@ -78,6 +79,15 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.node.self = r.Scalar(f, name);
       } else if (name == "secret_file") {
         c.secret_file = file_path(r.Scalar(f, name));
+      } else if (name == "data_dir") {
+        c.durable.data_dir = file_path(r.Scalar(f, name));
+      } else if (name == "durability") {
+        const std::optional<DurabilityMode> mode = ParseDurabilityMode(r.Scalar(f, name));
+        if (!mode) r.Fail(f.value, name, "expected sync or interval");
+        if (mode) c.durable.mode = *mode;
+      } else if (name == "sync_interval") {
+        c.durable.interval_ms = r.DurationMs(f, name);
+        if (c.durable.interval_ms > 60'000) r.Fail(f.value, name, "at most 1m");
       } else if (name == "secret_reload") {
         c.secret_reload_ms = r.DurationMs(f, name);
       } else if (name == "insecure") {

@@ -37,6 +37,11 @@
 //   rebalance_interval: 2s       # demand reports and new shares, on the wall clock's ticks
 //   region_floor: 0.05           # each region's least share, of L (at least one unit)
 //   region_max_keys: 100000      # global keys tracked; beyond, new ones get the floor
+//   data_dir: /var/lib/limiterd  # RocksDB database for durable policies' keys (README
+//                                # "Durability"); needed when any policy is durable
+//   durability: sync             # sync: replies wait for the fsync (group commit);
+//                                # interval: synced every sync_interval, replies do not wait
+//   sync_interval: 100ms         # interval mode: at most this much of charges is lost
 //   hot_keys:                    # see HotKeyOptions in node.h
 //     split_above: 10000         # ops/s on this node that split a key (0: never)
 //     split_share: 0.25          # or this share of the node's ops (default off)
@@ -50,6 +55,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "server/durable_store.h"
 #include "server/node.h"
 #include "server/server.h"
 
@@ -59,6 +65,7 @@ struct NodeConfig {
   NodeOptions node;
   ServerOptions server;
   std::string policies_path;
+  DurableOptions durable;
   // The cluster secret's file (re-read every secret_reload_ms), else the environment
   // ($LIMITER_SECRET_FILE, $LIMITER_SECRET). Never a flag holding the secret itself.
   std::string secret_file;

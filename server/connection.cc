@@ -11,6 +11,7 @@
 #include <asio/ssl/context.hpp>
 
 #include "common/read_buffer.h"
+#include "server/durable_store.h"
 
 namespace limiter {
 namespace {
@@ -194,7 +195,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       in_.Consume(frame.consumed);
       handled = true;
     }
-    if (handled) frame_started_ = now;  // what is left began in this read
+    if (handled) {
+      frame_started_ = now;  // what is left began in this read
+      sync_needed_ = std::max(sync_needed_, Node::TakeSyncNeeded(set_.worker_));
+    }
     // A buffer grown for a large frame leaves with it.
     if (in_.size() == 0 && EmptyBufferBytes(in_) > kMaxReadBytes) in_ = ReadBuffer();
     Write();
@@ -206,6 +210,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!writing_ && closing_) Close();
       return;
     }
+    if (sync_needed_ != 0 && !DurableSynced()) return;
     writing_ = true;
     out_.swap(pending_);
     pending_.clear();
@@ -218,6 +223,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       [self = shared_from_this()](const asio::error_code& ec, size_t) {
                         self->OnWritten(ec);
                       });
+  }
+
+  // Whether the replies in pending_ may go: their durable changes are synced. If not, a
+  // wake-up is registered that calls Write again on this worker's thread.
+  bool DurableSynced() {
+    DurableStore& durable = *set_.node_.durable();
+    if (durable.Synced(sync_needed_)) {
+      sync_needed_ = 0;
+      return true;
+    }
+    if (!sync_waiting_) {
+      sync_waiting_ = true;
+      durable.WhenSynced(sync_needed_, [weak = weak_from_this(), ex = socket_.get_executor()] {
+        asio::post(ex, [weak] {
+          if (auto self = weak.lock()) {
+            self->sync_waiting_ = false;
+            self->Write();
+          }
+        });
+      });
+    }
+    return false;
   }
 
   void OnWritten(const asio::error_code& ec) {
@@ -392,6 +419,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool writing_ = false;
   bool closing_ = false;
+  // Sync durability: the durable batch the replies in pending_ wait for (0: none), and
+  // whether a wake-up for it is registered.
+  uint64_t sync_needed_ = 0;
+  bool sync_waiting_ = false;
   bool releasing_ = false;  // the read in flight was cancelled to free its buffer
   bool handshaking_ = false;  // TLS: the handshake has begun and not ended
 };

@@ -11,7 +11,9 @@
 #include "common/protocol.h"
 #include "common/state_transfer.h"
 #include "common/wire.h"
+#include "server/durable_store.h"
 #include "server/node_internal.h"
+#include "server/policy_clock.h"
 
 namespace limiter {
 namespace {
@@ -305,11 +307,12 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
         const int pi = static_cast<int>(policy);
         ids.clear();
         store_.KeysIn(stripe, pi, gives, ids);
+        const int64_t key_now = PolicyNowMs(policies[policy], clock_);
         for (const KeyId& id : ids) {
           const KeyLimiter state = store_.Unpack(pi, store_.Find(pi, id));
-          if (!state.IsFresh(policies[policy].rate, now)) {
+          if (!state.IsFresh(policies[policy].rate, key_now)) {
             fields.clear();
-            ExportState(state, now, fields);
+            ExportState(state, key_now, fields);
             const size_t owner = to.OwnerOfSlot(RingSlotOf(id));
             if (fields.size() * sizeof(int64_t) + 64 > max_record) {
               ++stats.keys_lost;
@@ -326,6 +329,9 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
             }
           }
           store_.Erase(pi, id);
+          // The next owner keeps it now: a copy left here would be stale if the key came
+          // back.
+          if (durable_policy_[policy]) durable_->Erase(id);
         }
       }
     }
@@ -393,7 +399,8 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
       const std::span<const int64_t> fields =
           k->state() ? std::span<const int64_t>(k->state()->data(), k->state()->size())
                      : std::span<const int64_t>();
-      Result<std::optional<KeyLimiter>> state = ImportState(p.algorithm, p.rate, fields, now);
+      const int64_t key_now = PolicyNowMs(p, clock_);
+      Result<std::optional<KeyLimiter>> state = ImportState(p.algorithm, p.rate, fields, key_now);
       if (!state) {
         refuse(i, state.error());
         continue;
@@ -403,14 +410,22 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
       Store::StripeLock lock(store_, {&stripe, 1});
       if (Slot* slot = store_.Find(policy, id)) {
         // Served here meanwhile (a wait that expired): keep the stricter of the two.
-        KeyLimiter mine = store_.Take(policy, slot, now);
-        store_.Pack(policy, StricterOf(p.rate, std::move(**state), std::move(mine), now), slot);
+        KeyLimiter mine = store_.Take(policy, slot, key_now);
+        KeyLimiter kept = StricterOf(p.rate, std::move(**state), std::move(mine), key_now);
+        if (durable_policy_[static_cast<size_t>(policy)]) {
+          r.durable_seq = durable_->Write(policy, id, {}, kept, key_now);
+        }
+        store_.Pack(policy, std::move(kept), slot);
       } else {
         if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
           store_.NoteRefusal(policy);
           handoff_counters_.keys_refused.fetch_add(1);
           refuse(i, "the node holds max_keys key units");
           continue;
+        }
+        if (durable_policy_[static_cast<size_t>(policy)]) {
+          // Handed over by id: its strings are not known here (DurableKeyName::kIdOnly).
+          r.durable_seq = durable_->Write(policy, id, {}, **state, key_now);
         }
         store_.Pack(policy, std::move(**state), store_.Insert(policy, id));
         if (regions_ && global_[static_cast<size_t>(policy)] && k->share() > 0) {

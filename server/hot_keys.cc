@@ -36,6 +36,10 @@ bool Node::Splittable(int policy) const {
   // A split key's sub-buckets live on other nodes than its tenant, so only keys outside
   // any nesting split. A global key's region share lives with its one owner here, so it is
   // not split either.
+  // A durable key is not split: its sub-buckets would be memory-only state on other nodes,
+  // and a restart of any of them would lose charges of a key that promises to keep them.
+  // Calendar windows (daily, monthly quotas) are not either: their gateways lease them.
+  if (p.durable || p.calendar) return false;
   return p.parent_index < 0 && !parents_[static_cast<size_t>(policy)] &&
          !global_[static_cast<size_t>(policy)] &&
          SubRate(p, options_.hot.split_k, options_.hot.split_k - 1).has_value();

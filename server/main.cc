@@ -73,6 +73,17 @@ int main(int argc, char** argv) {
                  "new owner, and a joining node waits for them, before they start fresh; 0 "
                  "turns the hand-off off (default 10000)")
       ->check(CLI::Range(int64_t{0}, int64_t{600'000}));
+  std::string data_dir, durability;
+  int64_t sync_interval_ms = 0;
+  app.add_option("--data-dir", data_dir,
+                 "RocksDB database for the keys of durable policies (needed when any is)");
+  app.add_option("--durability", durability,
+                 "sync: a durable change is fsynced before its reply (group commit); interval: "
+                 "synced every --sync-interval-ms, replies do not wait (default sync)")
+      ->check(CLI::IsMember({"sync", "interval"}));
+  app.add_option("--sync-interval-ms", sync_interval_ms,
+                 "Interval durability: how often queued changes are synced (default 100)")
+      ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
   int64_t hot_split_above = -1;
   int hot_split = 0;
   app.add_option("--hot-split-above", hot_split_above,
@@ -137,6 +148,9 @@ int main(int argc, char** argv) {
   if (!self.empty()) config.node.self = self;
   if (handoff_deadline_ms >= 0) config.node.handoff_deadline_ms = handoff_deadline_ms;
   if (hot_split_above >= 0) config.node.hot.split_above = hot_split_above;
+  if (!data_dir.empty()) config.durable.data_dir = data_dir;
+  if (!durability.empty()) config.durable.mode = *limiter::ParseDurabilityMode(durability);
+  if (sync_interval_ms > 0) config.durable.interval_ms = sync_interval_ms;
   if (hot_split > 0) config.node.hot.split_k = hot_split;
   if ((!config.node.members.empty() || !config.server.members_dns.empty()) &&
       config.node.self.empty()) {
@@ -209,7 +223,14 @@ int main(int argc, char** argv) {
     }
   }
   limiter::SteadyClock clock;
-  limiter::Node node(*policy_set, clock, config.node);
+  // After the key-id seed: records are kept by key id.
+  limiter::Result<std::unique_ptr<limiter::DurableStore>> durable =
+      limiter::OpenDurableStore(*policy_set, clock, config.durable);
+  if (!durable) {
+    std::cerr << "limiterd: " << durable.error() << '\n';
+    return 1;
+  }
+  limiter::Node node(*policy_set, clock, config.node, std::move(durable).value());
   std::unique_ptr<limiter::SecretWatcher> watcher;
   if (!secret->file.empty()) {
     watcher = std::make_unique<limiter::SecretWatcher>(

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/durable_store.h"
 #include "server/node.h"
 #include "server/node_internal.h"
 
@@ -123,6 +124,19 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   const std::shared_ptr<const Membership> membership = membership_.load();
   out.emplace_back("membership_generation", static_cast<int64_t>(membership->generation));
   out.emplace_back("membership_members", static_cast<int64_t>(membership->ring.members().size()));
+  if (durable_) {
+    const DurableStore::Stats d = durable_->stats();
+    out.emplace_back("durable_writes", d.writes);
+    out.emplace_back("durable_commits", d.commits);
+    out.emplace_back("durable_reads", d.reads);
+    out.emplace_back("durable_read_hits", d.read_hits);
+    out.emplace_back("durable_errors", d.errors);
+    out.emplace_back("durable_dropped", d.dropped);
+    out.emplace_back("durable_expired", d.expired);
+    out.emplace_back("durable_pending", d.pending);
+    out.emplace_back("durable_keys", d.live_keys);
+    out.emplace_back("durable_disk_bytes", d.disk_bytes);
+  }
   if (regions_) {
     RegionShares::Counters& c = regions_->counters();
     out.emplace_back("regions_reports_sent", c.reports_sent.load());
@@ -257,6 +271,34 @@ std::string Node::RenderMetrics() {
       {"limiter_membership_members", "membership_members", "gauge",
        "Members in the list in use (a leaving node: the ones it hands its keys to)."},
   };
+  static constexpr Plain kDurable[] = {
+      {"limiter_durable_writes_total", "durable_writes", "counter",
+       "Durable keys' states queued for the database (puts and deletes)."},
+      {"limiter_durable_commits_total", "durable_commits", "counter",
+       "Batches written to the database, each with one fsync (group commit)."},
+      {"limiter_durable_reads_total", "durable_reads", "counter",
+       "Durable keys read through from the database (first use after a start)."},
+      {"limiter_durable_read_hits_total", "durable_read_hits", "counter",
+       "Read-throughs that found a live state."},
+      {"limiter_durable_errors_total", "durable_errors", "counter",
+       "Records that could not be read (answered StoreError) and failed commits (retried)."},
+      {"limiter_durable_dropped_total", "durable_dropped", "counter",
+       "Records dropped: their policy is gone or changed its algorithm or rate."},
+      {"limiter_durable_expired_total", "durable_expired", "counter",
+       "Records dropped at compaction because their key was fresh again."},
+      {"limiter_durable_pending", "durable_pending", "gauge",
+       "Changes queued and not yet written."},
+      {"limiter_durable_keys", "durable_keys", "gauge",
+       "Records in the database (RocksDB's estimate)."},
+      {"limiter_durable_disk_bytes", "durable_disk_bytes", "gauge",
+       "Bytes of the database's SST and WAL files."},
+  };
+  if (durable_) {
+    for (const Plain& m : kDurable) {
+      Header(out, m.metric, m.type, m.help);
+      out << m.metric << ' ' << stat(m.stat) << '\n';
+    }
+  }
   for (const Plain& m : kHandoff) {
     Header(out, m.metric, m.type, m.help);
     out << m.metric << ' ' << stat(m.stat) << '\n';

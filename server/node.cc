@@ -11,7 +11,9 @@
 #include "common/protocol.h"
 #include "common/reply_encoding.h"
 #include "common/wire.h"
+#include "server/durable_store.h"
 #include "server/node_internal.h"
+#include "server/policy_clock.h"
 #include "server/sub_bucket.h"
 
 namespace limiter {
@@ -35,11 +37,20 @@ std::string_view OpTypeName(int type) {
   return kOpNames[static_cast<size_t>(std::clamp(type, 0, kOpTypes))];
 }
 
-Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
+namespace {
+Store::Options WithClock(Store::Options o, const Clock& clock) {
+  o.clock = &clock;
+  return o;
+}
+}  // namespace
+
+Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
+           std::unique_ptr<DurableStore> durable)
     : policies_(policies),
       clock_(clock),
       options_(std::move(options)),
-      store_(policies, options_.store),
+      store_(policies, WithClock(options_.store, clock)),
+      durable_(std::move(durable)),
       requires_secret_(!options_.secrets.empty()),
       next_lease_id_(options_.lease_id_start != 0 ? options_.lease_id_start : RandomLeaseIdStart()),
       started_ms_(clock.NowMs()),
@@ -51,6 +62,11 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options)
   secrets_.store(std::make_shared<const auth::Secrets>(options_.secrets));
   membership_.store(
       std::make_shared<const Membership>(Membership{Ring(options_.members), options_.generation}));
+  durable_policy_.assign(policies.policies().size(), false);
+  for (size_t i = 0; i < policies.policies().size(); ++i) {
+    durable_policy_[i] = durable_ != nullptr && policies.policies()[i].durable;
+    calendars_ = calendars_ || policies.policies()[i].calendar != nullptr;
+  }
   parents_.assign(policies.policies().size(), false);
   leased_.assign(policies.policies().size(), false);
   for (const Policy& p : policies.policies()) {
@@ -139,7 +155,10 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
   Session trusted;
   trusted.authenticated = true;
   HandleFrame(w, trusted, body, out);
+  if (const uint64_t seq = TakeSyncNeeded(w); seq != 0) durable_->WaitSynced(seq);
 }
+
+uint64_t Node::TakeSyncNeeded(Worker& w) { return std::exchange(w.durable_seq, 0); }
 
 Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const uint8_t> body,
                                    std::vector<uint8_t>& out) {
@@ -194,6 +213,7 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
       OpResult r;
       w.results.clear();
       HandleOp(w, *op, *membership, now, r);
+      w.durable_seq = std::max(w.durable_seq, r.durable_seq);
       EncodeReply(w, *op, *membership, r);
       if (fbb.GetSize() > options_.max_reply_bytes) {
         // What was done stays done (as for a client that drops a reply); the peer asked for
@@ -302,7 +322,8 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
                "RETURN needs the lease_id of the LEASE its units came from");
         break;
       }
-      if (op.leased_at_ms() > now || op.leased_at_ms() < 0) {
+      // On the named limit's clock, as the grant's time was.
+      if (op.leased_at_ms() > w.entries.front().now || op.leased_at_ms() < 0) {
         r.Fail(wire::Status::BadRequest, "leased_at_ms " + std::to_string(op.leased_at_ms()) +
                                              " is not a time this node granted a lease");
         break;
@@ -401,7 +422,10 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     return false;
   }
   // Inlined: called for every limit of every op (GCC leaves it out of line otherwise).
-  auto add = [&](int policy, const KeyId& id, std::string_view key) __attribute__((always_inline)) {
+  // A calendar policy's time: the wall clock, read once per op and only for them.
+  int64_t wall = INT64_MIN;
+  auto add = [&](int policy, const KeyId& id, std::string_view key, bool ancestor)
+                 __attribute__((always_inline)) {
     for (const Entry& e : w.entries) {
       if (e.policy == policy && e.id == id) return false;
     }
@@ -409,7 +433,15 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     e.policy = policy;
     e.id = id;
     e.key = key;
+    e.tenant = tenant;
+    e.ancestor = ancestor;
     const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
+    e.now = now;
+    e.calendar = p.calendar.get();
+    if (calendars_ && e.calendar) {
+      if (wall == INT64_MIN) wall = clock_.WallMs();
+      e.now = e.calendar->ToWindowTime(wall);
+    }
     e.rate = p.rate;
     e.cost = operation.empty() ? op.cost() : p.CostOf(operation);
     return true;
@@ -437,7 +469,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
     std::string_view routing = protocol::RoutingKey(p, key, tenant);
     uint32_t slot = Ring::SlotOf(routing);
-    if (!add(it->second, protocol::LimitIdInSlot(p, key, tenant, slot), key)) {
+    if (!add(it->second, protocol::LimitIdInSlot(p, key, tenant, slot), key, false)) {
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
@@ -494,7 +526,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
          a = policies_.policies()[static_cast<size_t>(a)].parent_index) {
       const Policy& ancestor = policies_.policies()[static_cast<size_t>(a)];
       if (tenant_slot == UINT32_MAX) tenant_slot = Ring::SlotOf(tenant);
-      add(a, protocol::AncestorIdInSlot(ancestor, tenant, tenant_slot), tenant);
+      add(a, protocol::AncestorIdInSlot(ancestor, tenant, tenant_slot), tenant, true);
     }
   }
   if (regions_ && op.type() != wire::OpType::Regions) {

@@ -30,6 +30,7 @@
 #include "common/policy.h"
 #include "common/ring.h"
 #include "common/shared_value.h"
+#include "server/durable_store.h"
 #include "server/region_shares.h"
 #include "server/store.h"
 
@@ -127,7 +128,10 @@ struct WorkerCounters {
 
 class Node {
  public:
-  Node(const PolicySet& policies, const Clock& clock, NodeOptions options);
+  // `durable`: the database that keeps durable policies' keys (durable_store.h); null when
+  // no policy is durable. The node owns it.
+  Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
+       std::unique_ptr<DurableStore> durable = nullptr);
   ~Node();
 
   // One per thread that calls HandleFrame. Owned by the node; stable address.
@@ -155,8 +159,13 @@ class Node {
   // closed once the reply is written.
   AfterFrame HandleFrame(Worker& worker, Session& session, std::span<const uint8_t> body,
                          std::vector<uint8_t>& out);
-  // The same for an in-process caller that is trusted (tests, simulations, benchmarks).
+  // The same for an in-process caller that is trusted (tests, simulations, benchmarks). In
+  // sync durability it returns once the frame's durable changes are synced.
   void HandleFrame(Worker& worker, std::span<const uint8_t> body, std::vector<uint8_t>& out);
+  // The durable batch the replies of the frames handled since the last call must wait for
+  // (DurableStore::Synced), or 0 when they wait for nothing; and forgets it.
+  static uint64_t TakeSyncNeeded(Worker& worker);
+  DurableStore* durable() const { return durable_.get(); }
   // Appends a Reply frame carrying only `error`, for a connection about to be closed.
   void ErrorFrame(Worker& worker, std::string_view error, std::vector<uint8_t>& out);
   static WorkerCounters& CountersOf(Worker& worker);
@@ -297,19 +306,25 @@ class Node {
   void RegionsOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
   // A global key's state moved to its region's share in force (RegionShares::Reconcile), once
   // the op has room reserved: the moved state is then saved, decided or not.
-  void ReconcileShares(Worker& w, int64_t now);
+  void ReconcileShares(Worker& w);
+  // `now` is the node's clock; each key's state runs on its entry's (Entry::now: its
+  // policy's clock).
   void Check(Worker& w, bool dry_run, int64_t now, OpResult& r);
   void Lease(Worker& w, int64_t units, int64_t now, OpResult& r);
   void Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,
               OpResult& r);
   void Inspect(Worker& w, int64_t now, OpResult& r);
-  bool Save(Worker& w, const Store::StripeLock& lock, int64_t now);
+  bool Save(Worker& w, const Store::StripeLock& lock);
   void CollectStripes(Worker& w);
-  void Load(Worker& w, int64_t now);
+  // False, with r failed and every state given back, when a durable key's record cannot be
+  // read.
+  bool Load(Worker& w, OpResult& r);
+  // Queues a durable entry's state (or its erasure) in the database: its stripe locked.
+  void Persist(Worker& w, const Entry& e, const KeyLimiter& state);
   // With the entries' stripes locked, before an admission or a grant changes them: each
   // entry's charge in effect (of policies a lease can charge); and after it is saved, the
   // lease books of those that have one learn it.
-  void NoteInEffect(Worker& w, int64_t now);
+  void NoteInEffect(Worker& w);
   void ClampBooks(Worker& w);
   void Count(Worker& w, int type, Outcome outcome);
   // With the entries' stripes locked: true when one of the op's own limits is split, and r
@@ -354,6 +369,9 @@ class Node {
   const Clock& clock_;
   const NodeOptions options_;
   Store store_;
+  std::unique_ptr<DurableStore> durable_;
+  std::vector<bool> durable_policy_;  // per policy: durable, and this node has a database
+  bool calendars_ = false;            // some policy runs on a calendar
   std::unordered_map<std::string_view, int> policy_index_;
   SharedValue<const Membership> membership_;
   const bool requires_secret_;

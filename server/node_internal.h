@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/calendar.h"
 #include "common/hot_key_sketch.h"
 #include "common/key_limiter.h"
 #include "common/reply_encoding.h"
@@ -24,6 +25,10 @@ struct Node::Entry {
   KeyId id;
   Rate rate;                 // the policy's; a sub-bucket's share of it
   std::string_view key;      // into the request
+  std::string_view tenant;   // the request's (a durable record names its key by both)
+  bool ancestor = false;     // charged as the ancestor of a named limit (key is the tenant)
+  int64_t now = 0;           // the policy's time for this op (server/policy_clock.h)
+  const Calendar* calendar = nullptr;  // the policy's, if it runs on one
   uint16_t split_k = 0;      // a sub-bucket: of a key split this many ways
   uint16_t split_index = 0;
   int64_t cost = 1;
@@ -34,6 +39,18 @@ struct Node::Entry {
   // once the grant is charged.
   int64_t in_effect_before = 0;
   int64_t in_effect = 0;
+
+  // A wait on this entry's clock in wall milliseconds (a calendar's window time is not).
+  int64_t WallSpan(int64_t span) const {
+    return calendar ? calendar->ToWallDuration(now, span) : span;
+  }
+  // The decision as a reply says it: its waits in wall milliseconds.
+  Decision ReplyDecision() const {
+    Decision d = decision;
+    d.retry_after_ms = WallSpan(d.retry_after_ms);
+    d.reset_after_ms = WallSpan(d.reset_after_ms);
+    return d;
+  }
 };
 
 // What an op's reply says: the wire fields, set by the op (the views among them are filled
@@ -50,6 +67,7 @@ struct Node::OpResult {
   bool with_regions = false;  // REGIONS: Worker::region_views answers
   std::shared_ptr<const Membership> members;  // MEMBERS: the list to answer with
   auth::SplitToken split_token{};  // reply.split_token points here when signed
+  uint64_t durable_seq = 0;        // HANDOFF: the durable batch holding the keys it took
 
   void Fail(wire::Status s, std::string message) {
     reply.status = s;
@@ -72,6 +90,7 @@ class Node::Worker {
   size_t own_limits = 0;          // entries named by the op; the rest are ancestors
   bool must_save = false;  // Load made a state to keep, decided or not (a drained sub-bucket,
                           // a state moved to a new region share)
+  uint64_t durable_seq = 0;       // the durable batch this worker's replies wait for
   std::string routing;            // a sub-bucket's routing key, "key#i"
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.

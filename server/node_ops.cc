@@ -3,8 +3,10 @@
 // RETURN honest (lease_book.h).
 #include <algorithm>
 
+#include "server/durable_store.h"
 #include "server/node.h"
 #include "server/node_internal.h"
+#include "server/policy_clock.h"
 #include "server/sub_bucket.h"
 
 namespace limiter {
@@ -77,8 +79,11 @@ std::string KeysExhausted(const Store& store, const PolicySet& policies, int pol
 }  // namespace
 
 // With room reserved (ReserveRoom): existing keys first, as an insert may move every slot of
-// its table. Cannot fail.
-bool Node::Save(Worker& w, const Store::StripeLock&, int64_t) {
+// its table. Cannot fail. Durable keys are queued for their database first.
+bool Node::Save(Worker& w, const Store::StripeLock&) {
+  for (Entry& e : w.entries) {
+    if (durable_policy_[static_cast<size_t>(e.policy)]) Persist(w, e, e.limiter);
+  }
   for (Entry& e : w.entries) {
     if (e.slot) store_.Pack(e.policy, std::move(e.limiter), e.slot);
   }
@@ -99,33 +104,57 @@ void Node::CollectStripes(Worker& w) {
 
 // With the entries' stripes locked: each entry's slot and state, taken (Store::Take) until
 // Save or GiveBack. A sub-bucket not yet made starts drained: a split hands out no allowance
-// the key had not already.
-void Node::Load(Worker& w, int64_t now) {
+// the key had not already. A durable key not in memory is read from its database (the first
+// use after a start); what is read is kept, decided or not.
+bool Node::Load(Worker& w, OpResult& r) {
   w.must_save = false;
-  for (Entry& e : w.entries) {
+  for (size_t i = 0; i < w.entries.size(); ++i) {
+    Entry& e = w.entries[i];
     e.slot = store_.Find(e.policy, e.id);
-    e.limiter = store_.Take(e.policy, e.slot, now);
+    e.limiter = store_.Take(e.policy, e.slot, e.now);
+    if (e.slot == nullptr && durable_policy_[static_cast<size_t>(e.policy)]) {
+      Result<std::optional<KeyLimiter>> stored = durable_->Read(e.policy, e.id, e.now);
+      if (!stored) {
+        for (size_t j = 0; j <= i; ++j) {
+          Entry& taken = w.entries[j];
+          if (taken.slot) store_.GiveBack(taken.policy, std::move(taken.limiter), taken.slot);
+        }
+        r.Fail(wire::Status::StoreError, stored.error());
+        return false;
+      }
+      if (*stored) {
+        e.limiter = std::move(**stored);
+        w.must_save = true;
+      }
+    }
     if (e.slot == nullptr && e.split_k != 0) {
-      e.limiter.Decide(e.rate, now, FullAllowance(e.limiter.algorithm(), e.rate));
+      e.limiter.Decide(e.rate, e.now, FullAllowance(e.limiter.algorithm(), e.rate));
       w.must_save = true;  // must be kept, allowed or not: a fresh state is full
     }
   }
+  return true;
 }
 
-void Node::ReconcileShares(Worker& w, int64_t now) {
+void Node::Persist(Worker& w, const Entry& e, const KeyLimiter& state) {
+  const DurableKeyName name{e.ancestor ? DurableKeyName::kAncestor : DurableKeyName::kLimit,
+                            e.key, e.ancestor ? std::string_view() : e.tenant};
+  w.durable_seq = std::max(w.durable_seq, durable_->Write(e.policy, e.id, name, state, e.now));
+}
+
+void Node::ReconcileShares(Worker& w) {
   if (!regions_) return;
   for (Entry& e : w.entries) {
     if (global_[static_cast<size_t>(e.policy)] &&
-        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
+        regions_->Reconcile(e.id, e.rate, e.limiter, e.now)) {
       w.must_save = true;  // the region's share moved: this is the key's state now
     }
   }
 }
 
-void Node::NoteInEffect(Worker& w, int64_t now) {
+void Node::NoteInEffect(Worker& w) {
   for (Entry& e : w.entries) {
     if (leased_[static_cast<size_t>(e.policy)])
-      e.in_effect_before = e.limiter.InEffect(e.rate, now);
+      e.in_effect_before = e.limiter.InEffect(e.rate, e.now);
   }
 }
 
@@ -143,33 +172,33 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
   {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
-    Load(w, now);
+    if (!Load(w, r)) return;
     if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
       return;
     }
-    ReconcileShares(w, now);  // with room reserved: the state moved is saved
+    ReconcileShares(w);  // with room reserved: the state moved is saved
     const bool books = store_.books() > 0;
-    if (books) NoteInEffect(w, now);
+    if (books) NoteInEffect(w);
     bool all = true;
     if (entries.size() == 1 && !dry_run) {
       // One limit: decide in place; a denial changes nothing worth saving.
       Entry& e = entries.front();
-      e.decision = e.limiter.Decide(e.rate, now, e.cost);
+      e.decision = e.limiter.Decide(e.rate, e.now, e.cost);
       all = e.decision.allowed;
     } else {
       for (Entry& e : entries) {
-        e.decision = e.limiter.Peek(e.rate, now, e.cost);
+        e.decision = e.limiter.Peek(e.rate, e.now, e.cost);
         all = all && e.decision.allowed;
       }
       if (all && !dry_run) {
-        for (Entry& e : entries) e.decision = e.limiter.Decide(e.rate, now, e.cost);
+        for (Entry& e : entries) e.decision = e.limiter.Decide(e.rate, e.now, e.cost);
       }
     }
     if ((all && !dry_run) || w.must_save) {
-      Save(w, lock, now);
+      Save(w, lock);
       charged = all && !dry_run;
       // Before an admission is the least a lease's charge can have fallen to: its books
       // learn it.
@@ -181,7 +210,7 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
   }
   Record(w, !r.reply.allowed);
   for (size_t i = 0; i < entries.size(); ++i) {
-    Decision d = entries[i].decision;
+    Decision d = entries[i].ReplyDecision();
     // Nothing was charged: a limit that passed still has its whole remaining.
     if (d.allowed && !charged) d.remaining += entries[i].cost;
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
@@ -200,30 +229,32 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
   {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
-    Load(w, now);
+    if (!Load(w, r)) return;
     if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
       return;
     }
-    ReconcileShares(w, now);  // with room reserved: the state moved is saved
-    NoteInEffect(w, now);
+    ReconcileShares(w);  // with room reserved: the state moved is saved
+    NoteInEffect(w);
     int64_t grant = units;
-    for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, now));
+    for (Entry& e : entries) grant = std::min(grant, e.limiter.Available(e.rate, e.now));
     for (Entry& e : entries) {
       e.decision =
-          grant > 0 ? e.limiter.Decide(e.rate, now, grant) : e.limiter.Peek(e.rate, now, 1);
-      if (grant > 0) e.in_effect = e.limiter.InEffect(e.rate, now);  // for its lease book
+          grant > 0 ? e.limiter.Decide(e.rate, e.now, grant) : e.limiter.Peek(e.rate, e.now, 1);
+      if (grant > 0) e.in_effect = e.limiter.InEffect(e.rate, e.now);  // for its lease book
       if (grant < units) {
         // When the rest of the request could be had: the longest wait over the chain.
-        Decision rest = e.limiter.Peek(e.rate, now, units - grant);
-        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, now, 1);
-        r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, rest.retry_after_ms);
+        Decision rest = e.limiter.Peek(e.rate, e.now, units - grant);
+        if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, e.now, 1);
+        r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, e.WallSpan(rest.retry_after_ms));
       }
     }
     if (grant > 0 || w.must_save) {
-      Save(w, lock, now);
+      // A durable key's grant is written here; what is admitted from the lease later needs
+      // no write (its units were charged now).
+      Save(w, lock);
     } else {
       Abandon(store_, entries);
     }
@@ -236,16 +267,16 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
       for (const Entry& e : entries) {
         LeaseBook& book = store_.AddBook(e.id);
         book.Clamp(e.in_effect_before);
-        book.Grant(r.reply.lease_id, now, now + leaf.lease.ttl_ms, grant, e.in_effect);
+        book.Grant(r.reply.lease_id, e.now, e.now + leaf.lease.ttl_ms, grant, e.in_effect);
       }
     }
   }
   Record(w, !r.reply.allowed);
-  r.reply.granted_at_ms = now;
+  r.reply.granted_at_ms = entries.front().now;  // on the named limit's clock (RETURN echoes it)
   r.reply.lease_ttl_ms = leaf.lease.ttl_ms;
   r.reply.suggested_lease = leaf.LeaseSize();
   for (size_t i = 0; i < entries.size(); ++i) {
-    const Decision& d = entries[i].decision;
+    const Decision d = entries[i].ReplyDecision();
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
     w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
     if (!d.allowed && r.reply.denied_by < 0) r.reply.denied_by = static_cast<int>(i);
@@ -254,17 +285,18 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
 
 // Accepted only for an outstanding lease of the named limit (its book says so); each limit
 // of the chain then gets back what its book says is still in effect of that lease's charge.
-void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t now,
+void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, int64_t,
                   OpResult& r) {
   auto& entries = w.entries;
   CollectStripes(w);
   Store::StripeLock lock(store_, w.stripes);
   for (Entry& e : entries) {
     e.slot = store_.Find(e.policy, e.id);
-    e.limiter = store_.Take(e.policy, e.slot, now);
+    e.limiter = store_.Take(e.policy, e.slot, e.now);
     if (e.slot && regions_ && global_[static_cast<size_t>(e.policy)] &&
-        regions_->Reconcile(e.id, e.rate, e.limiter, now)) {
+        regions_->Reconcile(e.id, e.rate, e.limiter, e.now)) {
       store_.Pack(e.policy, KeyLimiter(e.limiter), e.slot);  // the region's share moved
+      if (durable_policy_[static_cast<size_t>(e.policy)]) Persist(w, e, e.limiter);
     }
   }
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -275,8 +307,8 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
                                   " is not outstanding on this node (never granted here, "
                                   "lapsed, or granted before the node restarted)"};
     if (book != nullptr) {
-      book->Clamp(e.limiter.InEffect(e.rate, now));
-      claim = book->Claim(lease_id, leased_at, units, scale, now);
+      book->Clamp(e.limiter.InEffect(e.rate, e.now));
+      claim = book->Claim(lease_id, leased_at, units, scale, e.now);
     }
     if (!claim) {
       if (i == 0) {  // the named limit: the return is refused
@@ -285,11 +317,12 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
       }
       continue;  // an ancestor whose book has forgotten the lease: its units lapse
     }
-    const int64_t given = e.slot ? e.limiter.Refund(e.rate, now, *claim, leased_at) : 0;
+    const int64_t given = e.slot ? e.limiter.Refund(e.rate, e.now, *claim, leased_at) : 0;
     book->Settle(lease_id, given);
     if (i == 0) r.reply.granted = given / scale;
     if (given == 0) continue;
-    if (e.limiter.IsFresh(e.rate, now) && store_.FindSplit(e.id) == nullptr) {
+    if (durable_policy_[static_cast<size_t>(e.policy)]) Persist(w, e, e.limiter);
+    if (e.limiter.IsFresh(e.rate, e.now) && store_.FindSplit(e.id) == nullptr) {
       store_.Erase(e.policy, e.id);
     } else {
       store_.Pack(e.policy, std::move(e.limiter), e.slot);
@@ -307,6 +340,15 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, {&stripe, 1});
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Unpack(e.policy, e.slot);
+    if (e.slot == nullptr && durable_policy_[static_cast<size_t>(e.policy)]) {
+      // Looked at, not loaded: INSPECT changes nothing.
+      Result<std::optional<KeyLimiter>> stored = durable_->Read(e.policy, e.id, e.now);
+      if (!stored) {
+        r.Fail(wire::Status::StoreError, stored.error());
+        return;
+      }
+      if (*stored) e.limiter = std::move(**stored);
+    }
     if (const Store::Split* split = store_.FindSplit(e.id)) {
       r.reply.split_k = split->k;
       r.reply.split_epoch = split->epoch;
@@ -316,8 +358,9 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
     }
   }
   r.inspected = true;
-  r.tracked = e.slot != nullptr;
-  const Decision d = e.limiter.Peek(e.rate, now, 1);
+  r.tracked = e.slot != nullptr || !e.limiter.IsFresh(e.rate, e.now);
+  e.decision = e.limiter.Peek(e.rate, e.now, 1);
+  const Decision d = e.ReplyDecision();
   r.reply.allowed = d.allowed;
   r.reply.retry_after_ms = d.retry_after_ms;
   w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,

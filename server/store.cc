@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "common/limits.h"
+#include "server/policy_clock.h"
 
 namespace limiter {
 namespace {
@@ -81,7 +82,8 @@ int64_t Store::LogUnits(size_t capacity) {
   return 1 + static_cast<int64_t>((bytes + sizeof(Slot) - 1) / sizeof(Slot));
 }
 
-Store::Store(const PolicySet& policies, Options options) : max_keys_(options.max_keys) {
+Store::Store(const PolicySet& policies, Options options)
+    : clock_(options.clock), max_keys_(options.max_keys) {
   Result<std::vector<KeyBudget>> budgets = PlanBudgets(policies, max_keys_);
   if (!budgets) {
     std::fprintf(stderr, "limiterd: key budgets: %s\n", budgets.error().c_str());
@@ -94,6 +96,7 @@ Store::Store(const PolicySet& policies, Options options) : max_keys_(options.max
     const Policy& p = policies.policies()[i];
     algorithms_.push_back(p.algorithm);
     rates_.push_back(p.rate);
+    calendar_policies_.push_back(p.calendar ? &p : nullptr);
     new_key_units_.push_back(p.algorithm == Algorithm::kSlidingLog ? LogUnits(0) : 1);
     policy_keys_[i].budget = (*budgets)[i];
     free_ -= (*budgets)[i].reserve;
@@ -402,10 +405,22 @@ int64_t Store::SlotUnits(int policy, const Slot& slot) const {
   return IsLog(policy) ? static_cast<int64_t>(GetLog(slot).units & ~kLent) : 1;
 }
 
-size_t Store::SweepStripe(Stripe& stripe, int64_t now, size_t budget) {
+void Store::PolicyTimes(int64_t now_ms, std::vector<int64_t>& out) const {
+  out.assign(policy_count_, now_ms);
+  for (size_t p = 0; p < policy_count_; ++p) {
+    if (calendar_policies_[p] == nullptr) continue;
+    out[p] = clock_ ? PolicyNowMs(*calendar_policies_[p], *clock_) : kNoTime;
+  }
+}
+
+size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget) {
   size_t erased = 0;
+  thread_local std::vector<int64_t> times;
+  PolicyTimes(now_ms, times);
   for (size_t p = 0; p < stripe.tables.size(); ++p) {
     const int policy = static_cast<int>(p);
+    const int64_t now = times[p];
+    if (now == kNoTime) continue;
     int64_t units = 0;
     const size_t n = stripe.tables[p].Sweep(&stripe.cursors[p], budget, [&](Slot& s) {
       if (!IsFresh(policy, s, now)) return false;

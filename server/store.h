@@ -62,6 +62,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/key_limiter.h"
 #include "common/lease_book.h"
 #include "common/policy.h"
@@ -82,6 +83,9 @@ class Store {
   struct Options {
     int64_t max_keys = 10'000'000;  // key units
     size_t stripes = 64;
+    // Read for the keys of calendar policies, whose time is their calendar's window time
+    // (server/policy_clock.h): sweeps judge them by it. Null: such keys are never swept.
+    const Clock* clock = nullptr;
   };
 
   // Each policy's budget under max_keys, in the order of policies.policies(); an error when
@@ -236,6 +240,10 @@ class Store {
     KeyBudget budget;
   };
   size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
+  // Each policy's time for a sweep at now_ms (its calendar's for a calendar policy); kNoTime
+  // for a calendar policy without a clock.
+  void PolicyTimes(int64_t now_ms, std::vector<int64_t>& out) const;
+  static constexpr int64_t kNoTime = INT64_MIN;
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
   void DropBook(Stripe& stripe, const KeyId& id);  // with stripe.mu held
   void Release(int policy, Slot& slot);            // frees what a slot owns
@@ -248,6 +256,8 @@ class Store {
 
   std::vector<Algorithm> algorithms_;   // per policy
   std::vector<Rate> rates_;             // per policy
+  std::vector<const Policy*> calendar_policies_;  // per policy: itself if on a calendar, else null
+  const Clock* clock_ = nullptr;
   std::vector<int64_t> new_key_units_;  // per policy
   std::unique_ptr<PolicyKeys[]> policy_keys_;
   size_t policy_count_ = 0;

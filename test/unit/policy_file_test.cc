@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/calendar.h"
 #include "common/policy_file.h"
 
 namespace limiter {
@@ -91,8 +92,8 @@ TEST(PolicyFile, UnknownFieldNamesFileLineAndField) {
                     "    class: contract\n"
                     "    brust: 20\n"),
             "policies.yaml:6:5: policy 'tenant', field 'brust': unknown field (known: name, "
-            "algorithm, limit, window, burst, class, parent, costs, mode, lease, fallback, "
-            "durable, scope, max_keys)");
+            "algorithm, limit, window, align, timezone, burst, class, parent, costs, mode, lease, "
+            "fallback, durable, scope, max_keys)");
 }
 
 TEST(PolicyFile, MaxKeysIsAPositiveCountOfKeyUnits) {
@@ -273,6 +274,86 @@ TEST(PolicyFile, MoreBadFiles) {
             "policies.yaml:3:1: not valid YAML: end of map flow not found");
   EXPECT_EQ(ErrorOf("rules: []\n"),
             "policies.yaml:1:1: field 'rules': unknown field (known: policies)");
+}
+
+TEST(PolicyFile, CalendarWindowsTakeTheirNominalLength) {
+  Result<PolicySet> r = Parse(
+      "policies:\n"
+      "  - {name: daily, algorithm: fixed_window, limit: 1000, window: 1d, align: calendar, "
+      "class: billing}\n"
+      "  - {name: weekly, algorithm: fixed_window, limit: 5000, window: 1w, align: calendar, "
+      "timezone: '+05:30', class: billing}\n"
+      "  - {name: monthly, algorithm: fixed_window, limit: 20000, window: 1mo, align: calendar, "
+      "timezone: Europe/Berlin, class: billing}\n"
+      "  - {name: fortnight, algorithm: fixed_window, limit: 10, window: 2w, class: billing}\n");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Policy& daily = r->policies()[0];
+  ASSERT_TRUE(daily.calendar);
+  EXPECT_EQ(daily.calendar->unit(), CalendarUnit::kDay);
+  EXPECT_EQ(daily.calendar->timezone(), "UTC");
+  EXPECT_EQ(daily.rate, Rate(1000, 86'400'000, 1000));
+  const Policy& weekly = r->policies()[1];
+  ASSERT_TRUE(weekly.calendar);
+  EXPECT_EQ(weekly.calendar->unit(), CalendarUnit::kWeek);
+  EXPECT_EQ(weekly.calendar->timezone(), "+05:30");
+  EXPECT_EQ(weekly.rate.window_ms(), 7 * 86'400'000);
+  const Policy& monthly = r->policies()[2];
+  ASSERT_TRUE(monthly.calendar);
+  EXPECT_EQ(monthly.calendar->unit(), CalendarUnit::kMonth);
+  EXPECT_EQ(monthly.calendar->timezone(), "Europe/Berlin");
+  EXPECT_EQ(monthly.rate.window_ms(), int64_t{31} * 86'400'000);
+  const Policy& fortnight = r->policies()[3];  // weeks are a plain duration without align
+  EXPECT_FALSE(fortnight.calendar);
+  EXPECT_EQ(fortnight.rate.window_ms(), 14 * 86'400'000);
+}
+
+TEST(PolicyFile, CalendarAlignmentErrorsNameTheField) {
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: token_bucket, limit: 5, window: 1d, "
+                    "align: calendar, class: contract}\n"),
+            "policies.yaml:2:69: policy 'a', field 'align': align: calendar takes algorithm: "
+            "fixed_window, not token_bucket");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, limit: 5, window: 1d, align: calendar, "
+                    "class: contract}\n"),
+            "policies.yaml:2:44: policy 'a', field 'align': align: calendar takes algorithm: "
+            "fixed_window, not gcra");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, window: 1mo, "
+                    "class: contract}\n"),
+            "policies.yaml:2:58: policy 'a', field 'window': a window in months needs align: "
+            "calendar, got '1mo'");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, window: 1d, "
+                    "timezone: UTC, class: contract}\n"),
+            "policies.yaml:2:62: policy 'a', field 'timezone': only applies to align: calendar");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, window: 1d, "
+                    "align: midnight, class: contract}\n"),
+            "policies.yaml:2:69: policy 'a', field 'align': expected calendar, got 'midnight'");
+  EXPECT_EQ(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, window: 2d, "
+                    "align: calendar, class: contract}\n"),
+            "policies.yaml:2:58: policy 'a', field 'window': align: calendar takes a window of "
+            "1d, 1w or 1mo, got '2d'");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: a\n"
+                    "    algorithm: fixed_window\n"
+                    "    limit: 5\n"
+                    "    window: 1d\n"
+                    "    align: calendar\n"
+                    "    timezone: Mars/Olympus\n"
+                    "    class: contract\n"),
+            "policies.yaml:7:15: policy 'a', field 'timezone': unknown timezone 'Mars/Olympus' "
+            "(not in the system tzdata, /usr/share/zoneinfo)");
+  EXPECT_EQ(ErrorOf("policies:\n"
+                    "  - name: a\n"
+                    "    algorithm: fixed_window\n"
+                    "    limit: 5\n"
+                    "    window: 1w\n"
+                    "    align: calendar\n"
+                    "    timezone: '+25:00'\n"
+                    "    class: contract\n"),
+            "policies.yaml:7:15: policy 'a', field 'timezone': timezone '+25:00' is not a valid "
+            "UTC offset: expected +HH:MM, -HH:MM or +HH, within 14:00 of UTC");
+  EXPECT_NE(ErrorOf("policies:\n  - {name: a, algorithm: fixed_window, limit: 5, window: 1d, "
+                    "align: calendar, timezone: '5:30', class: contract}\n")
+                .find("field 'timezone': timezone '5:30' is not a time zone"),
+            std::string::npos);
 }
 
 TEST(PolicyFile, MissingFileIsAClearError) {

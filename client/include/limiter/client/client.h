@@ -109,6 +109,26 @@ struct Options {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+
+  // Billing debts: while a billing key's owner is away, requests are admitted and their units
+  // owed to it, merged per key, and leased back from the owner once it returns. At most this
+  // many keys owe units at once; beyond it a request of another key is still admitted, but
+  // its units are not recorded (counters().billing_debt_units_dropped). A debt takes about
+  // 250 bytes and its key and tenant (at most 256 bytes each): 100,000 debts of 40-byte keys
+  // about 30 MB, and never more than about 80 MB. 0: no debt is recorded.
+  size_t max_billing_debts = 100'000;
+  // A file that keeps the debts across a crash of this process; empty: in memory only. Every
+  // change to a debt is appended (write(2)) before the decision returns, so a gateway killed
+  // with SIGKILL and started again with the same path pays what it owed, to the owners its
+  // ring names then. Create fails when the file is malformed (the message names the offset)
+  // or another process has it open. The file is rewritten when it grows to several times
+  // what the debts need. Also "<path>.lock" (the one-writer lock) and, while it is being
+  // rewritten, "<path>.tmp".
+  std::string billing_journal;
+  // fdatasync of the journal at most this often, off the request path: a machine crash loses
+  // at most the debt changes of the last interval (and of one sync). 0: never (the OS writes
+  // back when it will, on Linux within about 30 s).
+  std::chrono::milliseconds billing_journal_sync{100};
 };
 
 // What the client has done, for a gateway to publish as metrics.
@@ -136,6 +156,18 @@ struct Counters {
   // come, so these follow the keys in use rather than every key ever seen.
   uint64_t local_buckets = 0;
   uint64_t fallback_limiters = 0;
+  // Billing debts: units admitted while their owner was away, owed until leased back.
+  uint64_t billing_debts = 0;            // keys that owe units now (Options::max_billing_debts)
+  uint64_t billing_debt_units = 0;       // units owed now
+  uint64_t billing_debt_units_paid = 0;  // leased back from their owners
+  // Units admitted that will never be charged (the sum), and by reason: [0] no room to
+  // record them (a new key while max_billing_debts keys owe units); [1] a replayed journal's
+  // debt whose policy is gone from the policy file, or now needs a tenant it does not name;
+  // [2] the owner refused the lease (the policy is strict there).
+  uint64_t billing_debt_units_dropped = 0;
+  uint64_t billing_debt_units_dropped_by_reason[3] = {};
+  uint64_t billing_journal_errors = 0;    // failed writes, syncs and rewrites (each logged)
+  uint64_t billing_journal_rewrites = 0;  // compactions, and the one at start
 };
 
 class Client {

@@ -1,0 +1,620 @@
+#include "server/durable_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "server/policy_clock.h"
+#include "common/protocol.h"
+#include "common/state_transfer.h"
+
+#ifdef LIMITER_WITH_ROCKSDB
+#include <rocksdb/compaction_filter.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#endif
+
+namespace limiter {
+
+std::string_view DurabilityModeName(DurabilityMode mode) {
+  return mode == DurabilityMode::kSync ? "sync" : "interval";
+}
+
+std::optional<DurabilityMode> ParseDurabilityMode(std::string_view name) {
+  if (name == "sync") return DurabilityMode::kSync;
+  if (name == "interval") return DurabilityMode::kInterval;
+  return std::nullopt;
+}
+
+#ifndef LIMITER_WITH_ROCKSDB
+
+bool DurableStore::Available() { return false; }
+
+Result<std::unique_ptr<DurableStore>> DurableStore::Open(const PolicySet&, const Clock&,
+                                                         DurableOptions options) {
+  return Error{"data dir '" + options.data_dir +
+               "': this limiterd was built without RocksDB (LIMITER_WITH_ROCKSDB=OFF), so it "
+               "cannot keep durable policies; build it with librocksdb-dev installed"};
+}
+
+#else
+
+namespace {
+
+// ----- The record format -----------------------------------------------------------------
+// Key: 'k' + the KeyId (hi, lo), big-endian: one ring slot's keys are adjacent.
+// Value: version u8, algorithm u8, flags u8 (kAbsolute: times on the wall clock as they
+// are), kind u8, written wall ms (8 bytes, little-endian), then as varints: the policy name,
+// the key, the tenant (length, bytes), the field count and the fields (zigzag).
+// Meta keys: 'm' + "format" (the format version, decimal) and 'm' + "seed" (the key-id
+// seed's digest, hex).
+constexpr char kRecordPrefix = 'k';
+constexpr uint8_t kAbsolute = 1;
+const std::string kFormatKey = "mformat";
+const std::string kSeedKey = "mseed";
+constexpr int64_t kMetaKeys = 2;  // format and seed
+
+std::string RecordKey(const KeyId& id) {
+  std::string k(17, '\0');
+  k[0] = kRecordPrefix;
+  for (int i = 0; i < 8; ++i) {
+    k[1 + static_cast<size_t>(i)] = static_cast<char>(id.hi >> (56 - 8 * i));
+    k[9 + static_cast<size_t>(i)] = static_cast<char>(id.lo >> (56 - 8 * i));
+  }
+  return k;
+}
+
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void PutString(std::string& out, std::string_view s) {
+  PutVarint(out, s.size());
+  out.append(s);
+}
+
+struct Record {
+  uint8_t version = 0;
+  Algorithm algorithm = Algorithm::kGcra;
+  uint8_t flags = 0;
+  DurableKeyName::Kind kind = DurableKeyName::kIdOnly;
+  int64_t written_wall_ms = 0;
+  std::string_view policy, key, tenant;
+  std::vector<int64_t> fields;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool Byte(uint8_t& v) {
+    if (pos_ >= in_.size()) return false;
+    v = static_cast<uint8_t>(in_[pos_++]);
+    return true;
+  }
+  bool Fixed64(int64_t& v) {
+    if (in_.size() - pos_ < 8) return false;
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; --i) u = u << 8 | static_cast<uint8_t>(in_[pos_ + static_cast<size_t>(i)]);
+    pos_ += 8;
+    v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool Varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b = 0;
+      if (!Byte(b)) return false;
+      v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  bool String(std::string_view& s, size_t most) {
+    uint64_t n = 0;
+    if (!Varint(n) || n > most || n > in_.size() - pos_) return false;
+    s = in_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+// Why a record's bytes are not a record of this format, or nullopt (then *r is filled).
+std::optional<std::string> Decode(std::string_view value, Record* r) {
+  Reader in(value);
+  uint8_t algorithm = 0, kind = 0;
+  if (!in.Byte(r->version)) return "empty record";
+  if (r->version != DurableStore::kFormatVersion) {
+    return "record of format " + std::to_string(r->version) + ", this limiterd reads format " +
+           std::to_string(DurableStore::kFormatVersion);
+  }
+  if (!in.Byte(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
+      !in.Byte(r->flags) || !in.Byte(kind) || kind > DurableKeyName::kIdOnly ||
+      !in.Fixed64(r->written_wall_ms)) {
+    return "malformed record header";
+  }
+  r->algorithm = static_cast<Algorithm>(algorithm);
+  r->kind = static_cast<DurableKeyName::Kind>(kind);
+  uint64_t n = 0;
+  if (!in.String(r->policy, kMaxNameBytes) || !in.String(r->key, kMaxKeyBytes) ||
+      !in.String(r->tenant, kMaxKeyBytes) || !in.Varint(n) || n > value.size()) {
+    return "malformed record names";
+  }
+  r->fields.resize(n);
+  for (int64_t& f : r->fields) {
+    uint64_t z = 0;
+    if (!in.Varint(z)) return "malformed record fields";
+    f = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  }
+  if (!in.done()) return "trailing bytes in record";
+  return std::nullopt;
+}
+
+// The key's state on the policy's clock reading now (nullopt: fresh), or why the fields are
+// not a state of the policy as it is now.
+Result<std::optional<KeyLimiter>> ImportRecord(const Policy& p, const Record& r, int64_t now_ms,
+                                               int64_t wall_ms) {
+  if (r.flags & kAbsolute) {
+    // A calendar window: its start and count as they are, on the calendar's clock.
+    if (r.fields.size() != 2) return Error{"calendar record: expected 2 fields"};
+    const int64_t start = r.fields[0], count = r.fields[1];
+    const int64_t w = p.rate.window_ms();
+    if (count < 0 || count > p.rate.limit() || start < 0 || start % w != 0) {
+      return Error{"calendar record: field out of range"};
+    }
+    KeyLimiter k(FixedWindow::State{start, count});
+    if (k.IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
+    return std::optional<KeyLimiter>(std::move(k));
+  }
+  // Time went by since the write: as much as the wall clock says, never less than none.
+  const int64_t elapsed = std::max<int64_t>(0, wall_ms - r.written_wall_ms);
+  Result<std::optional<KeyLimiter>> k = ImportState(p.algorithm, p.rate, r.fields, now_ms - elapsed);
+  if (!k) return k;
+  if (*k && (*k)->IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
+  return k;
+}
+
+std::string Hex(uint64_t v) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 15];
+  return s;
+}
+
+// Shared by the store and its compaction filter.
+struct Shared {
+  const PolicySet& policies;
+  const Clock& clock;
+  std::unordered_map<std::string_view, int> index;  // policy name -> index
+  std::atomic<int64_t> dropped{0};
+  std::atomic<int64_t> expired{0};
+
+  Shared(const PolicySet& p, const Clock& c) : policies(p), clock(c) {
+    for (size_t i = 0; i < p.policies().size(); ++i) {
+      index.emplace(p.policies()[i].name, static_cast<int>(i));
+    }
+  }
+  const Policy* Find(std::string_view name) const {
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &policies.policies()[static_cast<size_t>(it->second)];
+  }
+};
+
+// Drops records that carry nothing any more: fresh by now, or of a policy gone or changed.
+class ExpiryFilter final : public rocksdb::CompactionFilter {
+ public:
+  explicit ExpiryFilter(Shared& shared) : shared_(shared) {}
+  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*,
+              bool*) const override {
+    if (key.size() != 17 || key[0] != kRecordPrefix) return false;
+    Record r;
+    if (Decode(value.ToStringView(), &r)) return false;  // kept: Read reports it
+    const Policy* p = shared_.Find(r.policy);
+    if (p == nullptr || p->algorithm != r.algorithm) {
+      shared_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    const int64_t wall = shared_.clock.WallMs();
+    Result<std::optional<KeyLimiter>> k = ImportRecord(*p, r, PolicyNowMs(*p, shared_.clock), wall);
+    if (k && !*k) {
+      shared_.expired.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    return false;
+  }
+  const char* Name() const override { return "limiter.expiry"; }
+
+ private:
+  Shared& shared_;
+};
+
+class RocksStore final : public DurableStore {
+ public:
+  RocksStore(const PolicySet& policies, const Clock& clock, DurableOptions options)
+      : shared_(policies, clock), filter_(shared_), options_(std::move(options)) {}
+
+  ~RocksStore() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (committer_.joinable()) committer_.join();
+    if (db_) db_->Close();
+  }
+
+  std::optional<std::string> Start() {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.data_dir, ec);
+    if (ec) return "cannot make the directory: " + ec.message();
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    o.paranoid_checks = true;
+    o.compaction_filter = &filter_;
+    o.max_background_jobs = 2;
+    rocksdb::BlockBasedTableOptions table;
+    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+    o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(o, options_.data_dir, &db);
+    if (!s.ok()) return "cannot open its database: " + s.ToString();
+    db_.reset(db);
+    if (auto error = CheckFormat()) return error;
+    if (auto error = CheckSeed()) return error;
+    committer_ = std::thread([this] { Commit(); });
+    return std::nullopt;
+  }
+
+  Result<std::optional<KeyLimiter>> Read(int policy, const KeyId& id, int64_t now_ms) override {
+    reads_.fetch_add(1, std::memory_order_relaxed);
+    std::string value;
+    const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey(id), &value);
+    if (s.IsNotFound()) return std::optional<KeyLimiter>();
+    const Policy& p = shared_.policies.policies()[static_cast<size_t>(policy)];
+    if (!s.ok()) return Fail("reading a key of policy '" + p.name + "': " + s.ToString());
+    Record r;
+    if (auto error = Decode(value, &r)) {
+      return Fail("a record of policy '" + p.name + "' cannot be read: " + *error);
+    }
+    if (r.policy != p.name || r.algorithm != p.algorithm) {
+      // The policy file changed what the key means: its state does not carry over.
+      shared_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return std::optional<KeyLimiter>();
+    }
+    Result<std::optional<KeyLimiter>> k = ImportRecord(p, r, now_ms, shared_.clock.WallMs());
+    if (!k) {
+      // Out of range for the policy's rate: the rate changed since (a corrupt record fails
+      // RocksDB's checksums before it gets here).
+      shared_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return std::optional<KeyLimiter>();
+    }
+    if (*k) read_hits_.fetch_add(1, std::memory_order_relaxed);
+    return k;
+  }
+
+  uint64_t Write(int policy, const KeyId& id, const DurableKeyName& name, const KeyLimiter& state,
+                 int64_t now_ms) override {
+    const Policy& p = shared_.policies.policies()[static_cast<size_t>(policy)];
+    if (state.IsFresh(p.rate, now_ms)) return Erase(id);
+    thread_local std::string value;
+    thread_local std::vector<int64_t> fields;
+    fields.clear();
+    const bool absolute = p.calendar != nullptr;
+    if (absolute) {
+      const auto& s = std::get<FixedWindow::State>(state.state());
+      fields = {s.window_start_ms, s.count};
+    } else {
+      ExportState(state, now_ms, fields);
+    }
+    value.clear();
+    value.push_back(static_cast<char>(kFormatVersion));
+    value.push_back(static_cast<char>(p.algorithm));
+    value.push_back(static_cast<char>(absolute ? kAbsolute : 0));
+    value.push_back(static_cast<char>(name.kind));
+    const uint64_t wall = static_cast<uint64_t>(shared_.clock.WallMs());
+    for (int i = 0; i < 8; ++i) value.push_back(static_cast<char>(wall >> (8 * i)));
+    PutString(value, p.name);
+    PutString(value, name.key);
+    PutString(value, name.tenant);
+    PutVarint(value, fields.size());
+    for (int64_t f : fields) {
+      PutVarint(value, (static_cast<uint64_t>(f) << 1) ^ static_cast<uint64_t>(f >> 63));
+    }
+    const std::string key = RecordKey(id);
+    std::lock_guard lock(mu_);
+    batch_.Put(key, value);
+    return Queued();
+  }
+
+  uint64_t Erase(const KeyId& id) override {
+    const std::string key = RecordKey(id);
+    std::lock_guard lock(mu_);
+    batch_.Delete(key);
+    return Queued();
+  }
+
+  bool Synced(uint64_t seq) const override {
+    return options_.mode == DurabilityMode::kInterval ||
+           seq <= committed_.load(std::memory_order_acquire);
+  }
+
+  void WhenSynced(uint64_t seq, std::function<void()> done) override {
+    {
+      std::lock_guard lock(mu_);
+      if (seq > committed_.load(std::memory_order_relaxed) &&
+          options_.mode == DurabilityMode::kSync) {
+        waiters_.emplace_back(seq, std::move(done));
+        return;
+      }
+    }
+    done();
+  }
+
+  void WaitSynced(uint64_t seq) override {
+    if (Synced(seq)) return;
+    std::unique_lock lock(mu_);
+    synced_cv_.wait(lock, [&] { return committed_.load() >= seq || stop_; });
+  }
+
+  void Flush() override {
+    std::unique_lock lock(mu_);
+    const uint64_t target = batch_ops_ > 0 ? open_seq_ : open_seq_ - 1;
+    flush_ = true;
+    cv_.notify_all();
+    synced_cv_.wait(lock, [&] { return committed_.load() >= target || stop_; });
+  }
+
+  DurabilityMode mode() const override { return options_.mode; }
+  const std::string& data_dir() const override { return options_.data_dir; }
+
+  Stats stats() const override {
+    Stats s;
+    s.writes = writes_.load(std::memory_order_relaxed);
+    s.commits = commits_.load(std::memory_order_relaxed);
+    s.reads = reads_.load(std::memory_order_relaxed);
+    s.read_hits = read_hits_.load(std::memory_order_relaxed);
+    s.errors = errors_.load(std::memory_order_relaxed);
+    s.dropped = shared_.dropped.load(std::memory_order_relaxed);
+    s.expired = shared_.expired.load(std::memory_order_relaxed);
+    {
+      std::lock_guard lock(mu_);
+      s.pending = batch_ops_;
+    }
+    uint64_t keys = 0;
+    if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
+      s.live_keys = std::max<int64_t>(0, static_cast<int64_t>(keys) - kMetaKeys);
+    }
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(options_.data_dir, ec)) {
+      const std::string ext = f.path().extension().string();
+      if (ext == ".sst" || ext == ".log") {
+        std::error_code size_ec;
+        const auto size = f.file_size(size_ec);
+        if (!size_ec) s.disk_bytes += static_cast<int64_t>(size);
+      }
+    }
+    return s;
+  }
+
+  void CompactAll() override {
+    Flush();
+    rocksdb::CompactRangeOptions o;
+    o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    db_->Flush(rocksdb::FlushOptions());
+    db_->CompactRange(o, nullptr, nullptr);
+  }
+
+ private:
+  Error Fail(std::string what) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    return Error{"durable store '" + options_.data_dir + "': " + what};
+  }
+
+  // With mu_ held: one more record in the open batch, whose sequence number it returns.
+  uint64_t Queued() {
+    writes_.fetch_add(1, std::memory_order_relaxed);
+    if (batch_ops_++ == 0) cv_.notify_one();
+    return open_seq_;
+  }
+
+  std::optional<std::string> CheckFormat() {
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFormatKey, &value);
+    if (s.ok()) {
+      if (value != std::to_string(kFormatVersion)) {
+        return "written in format " + value + " by another limiterd version; this one reads "
+               "format " + std::to_string(kFormatVersion);
+      }
+      return std::nullopt;
+    }
+    if (!s.IsNotFound()) return "cannot read its format: " + s.ToString();
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) return "holds a database that limiterd did not write (it has no format record)";
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    s = db_->Put(w, kFormatKey, std::to_string(kFormatVersion));
+    if (!s.ok()) return "cannot write its format: " + s.ToString();
+    return std::nullopt;
+  }
+
+  // Records made under another key-id seed (the cluster secret changed) move to this one's
+  // ids, found again from their strings.
+  std::optional<std::string> CheckSeed() {
+    const std::string seed = Hex(KeyIdSeedDigest());
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kSeedKey, &value);
+    if (!s.ok() && !s.IsNotFound()) return "cannot read its key-id seed: " + s.ToString();
+    if (s.ok() && value == seed) return std::nullopt;
+    rocksdb::WriteBatch batch;
+    int64_t moved = 0, dropped = 0;
+    if (s.ok()) {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+      for (it->Seek(std::string(1, kRecordPrefix)); it->Valid() && it->key()[0] == kRecordPrefix;
+           it->Next()) {
+        Record r;
+        if (auto error = Decode(it->value().ToStringView(), &r)) {
+          return "a record cannot be read while moving to a new key-id seed: " + *error;
+        }
+        const Policy* p = shared_.Find(r.policy);
+        batch.Delete(it->key());
+        if (p == nullptr || r.kind == DurableKeyName::kIdOnly) {
+          ++dropped;
+          continue;
+        }
+        const KeyId id = r.kind == DurableKeyName::kLimit ? protocol::LimitId(*p, r.key, r.tenant)
+                                                          : protocol::AncestorId(*p, r.key);
+        batch.Put(RecordKey(id), it->value());
+        ++moved;
+      }
+      if (!it->status().ok()) return "cannot read its records: " + it->status().ToString();
+      std::cerr << "limiterd: data dir '" << options_.data_dir
+                << "' was written under another key-id seed (the cluster secret changed): "
+                << moved << " records moved to the new ids, " << dropped
+                << " dropped (handed over by id alone, or of a policy that is gone)\n";
+      shared_.dropped.fetch_add(dropped, std::memory_order_relaxed);
+    }
+    batch.Put(kSeedKey, seed);
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    s = db_->Write(w, &batch);
+    if (!s.ok()) return "cannot write its key-id seed: " + s.ToString();
+    return std::nullopt;
+  }
+
+  // The committer: writes what was queued as one batch with one fsync, then releases the
+  // replies waiting for it. In sync mode as soon as anything is queued (what comes in during
+  // a sync waits for the next: group commit); in interval mode every interval_ms.
+  void Commit() {
+    std::unique_lock lock(mu_);
+    const auto interval = std::chrono::milliseconds(std::max<int64_t>(1, options_.interval_ms));
+    int64_t failures = 0;
+    for (;;) {
+      if (options_.mode == DurabilityMode::kSync) {
+        cv_.wait(lock, [&] { return stop_ || batch_ops_ > 0; });
+      } else {
+        cv_.wait_for(lock, interval, [&] { return stop_ || flush_; });
+      }
+      flush_ = false;
+      if (batch_ops_ == 0) {
+        synced_cv_.notify_all();
+        if (stop_) return;
+        continue;
+      }
+      rocksdb::WriteBatch batch;
+      std::swap(batch, batch_);
+      const uint64_t seq = open_seq_++;
+      batch_ops_ = 0;
+      lock.unlock();
+      rocksdb::WriteOptions w;
+      w.sync = true;
+      rocksdb::Status s = db_->Write(w, &batch);
+      while (!s.ok()) {
+        // A disk that fails (full, gone): the replies keep waiting, the clients fall back by
+        // class; the batch is tried again, and nothing is acknowledged that is not written.
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        if (failures++ % 100 == 0) {
+          std::cerr << "limiterd: data dir '" << options_.data_dir
+                    << "': a commit failed, retrying: " << s.ToString() << '\n';
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        s = db_->Write(w, &batch);
+      }
+      commits_.fetch_add(1, std::memory_order_relaxed);
+      std::vector<std::function<void()>> ready;
+      lock.lock();
+      committed_.store(seq, std::memory_order_release);
+      auto keep = std::partition(waiters_.begin(), waiters_.end(),
+                                 [&](const auto& w) { return w.first > seq; });
+      for (auto it = keep; it != waiters_.end(); ++it) ready.push_back(std::move(it->second));
+      waiters_.erase(keep, waiters_.end());
+      synced_cv_.notify_all();
+      lock.unlock();
+      for (auto& done : ready) done();
+      lock.lock();
+    }
+  }
+
+  Shared shared_;
+  ExpiryFilter filter_;
+  const DurableOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::thread committer_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;         // the committer waits for work
+  std::condition_variable synced_cv_;  // WaitSynced and Flush wait for a commit
+  rocksdb::WriteBatch batch_;          // guarded by mu_
+  int64_t batch_ops_ = 0;              // guarded by mu_
+  uint64_t open_seq_ = 1;              // the batch being filled; guarded by mu_
+  bool flush_ = false;                 // guarded by mu_
+  bool stop_ = false;                  // guarded by mu_
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;  // guarded by mu_
+  std::atomic<uint64_t> committed_{0};  // every batch up to this one is durable
+
+  std::atomic<int64_t> writes_{0}, commits_{0}, reads_{0}, read_hits_{0}, errors_{0};
+};
+
+}  // namespace
+
+bool DurableStore::Available() { return true; }
+
+Result<std::unique_ptr<DurableStore>> DurableStore::Open(const PolicySet& policies,
+                                                         const Clock& clock,
+                                                         DurableOptions options) {
+  const std::string dir = options.data_dir;
+  if (dir.empty()) return Error{"no data dir given"};
+  auto store = std::make_unique<RocksStore>(policies, clock, std::move(options));
+  if (std::optional<std::string> error = store->Start()) {
+    return Error{"data dir '" + dir + "': " + *error};
+  }
+  return std::unique_ptr<DurableStore>(std::move(store));
+}
+
+#endif  // LIMITER_WITH_ROCKSDB
+
+Result<std::unique_ptr<DurableStore>> OpenDurableStore(const PolicySet& policies,
+                                                       const Clock& clock,
+                                                       DurableOptions options) {
+  const Policy* durable = nullptr;
+  for (const Policy& p : policies.policies()) {
+    if (p.durable) {
+      durable = &p;
+      break;
+    }
+  }
+  if (durable == nullptr) return std::unique_ptr<DurableStore>();
+  const std::string where = policies.source() + ":" + std::to_string(durable->line);
+  if (!DurableStore::Available()) {
+    return Error{where + ": policy '" + durable->name +
+                 "' is durable, and this limiterd was built without RocksDB "
+                 "(LIMITER_WITH_ROCKSDB=OFF): build it with librocksdb-dev installed, or make "
+                 "the policy durable: false"};
+  }
+  if (options.data_dir.empty()) {
+    return Error{where + ": policy '" + durable->name +
+                 "' is durable: give --data-dir DIR (or data_dir: in --config) for its keys "
+                 "to survive a restart, or make it durable: false"};
+  }
+  return DurableStore::Open(policies, clock, std::move(options));
+}
+
+}  // namespace limiter

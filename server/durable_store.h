@@ -1,0 +1,129 @@
+// DurableStore: the RocksDB database under --data-dir that keeps the keys of `durable`
+// policies across restarts. The in-memory Store stays the one that decides; this is a log of
+// its durable keys' states, written after every change and read back the first time a key is
+// used after a start (read-through: the node starts in the time RocksDB takes to open).
+//
+// What is written. One record per key, under its KeyId (the ring slot first, so one slot's
+// keys are adjacent): a format version, the algorithm, the policy's name, the key's strings
+// (to find it again under another key-id seed), the wall-clock time of the write, and the
+// state's fields (state_transfer.h) as offsets from the policy's clock at the write. Read
+// back, they are placed on the node's clock as if the wall-clock time between write and read
+// had passed (none, if the wall clock went back: nothing refills early). A calendar policy's
+// clock is the wall clock itself (common/calendar.h), so its times are written as they are. A
+// state that is fresh again (a window passed, a bucket full) is deleted; records that became
+// fresh while nobody looked are dropped at compaction (a compaction filter), so the database
+// holds only live keys.
+//
+// When a change is durable (DurabilityMode):
+//   - kSync: Write returns a sequence number, and the reply of the op that wrote it must wait
+//     until Synced(seq) (WhenSynced): its batch is in the WAL and fsynced. One committer
+//     thread writes everything queued since its last sync as one batch with one fsync (group
+//     commit), so the cost is one fsync per batch, not per op.
+//   - kInterval: replies do not wait; the committer writes and fsyncs what was queued every
+//     interval_ms. A crash loses at most the charges of the last interval (and of the sync
+//     in progress).
+//
+// Bad state stops the node at start (Open's error names the directory): a database RocksDB
+// cannot open or finds corrupt, one locked by another process, one not written by limiterd,
+// or one of another format version. A record that cannot be read later is an error reply for
+// its key, counted; never a silent reset. A record of a policy that is gone, or whose
+// algorithm changed, is dropped and counted (the policy file changed what the key means).
+//
+// Thread-safety: every function may be called from any thread. Write and Erase must be
+// called with the key's stripe locked, which keeps one key's writes in order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/clock.h"
+#include "common/key_id.h"
+#include "common/key_limiter.h"
+#include "common/policy.h"
+#include "common/result.h"
+
+namespace limiter {
+
+enum class DurabilityMode : uint8_t { kSync, kInterval };
+std::string_view DurabilityModeName(DurabilityMode mode);
+std::optional<DurabilityMode> ParseDurabilityMode(std::string_view name);
+
+struct DurableOptions {
+  std::string data_dir;  // empty: no database (a node with durable policies refuses to start)
+  DurabilityMode mode = DurabilityMode::kSync;
+  int64_t interval_ms = 100;  // kInterval: how often what was queued is written and synced
+};
+
+// Who a record belongs to: the strings its KeyId was made from.
+struct DurableKeyName {
+  enum Kind : uint8_t { kLimit = 0, kAncestor = 1, kIdOnly = 2 };
+  Kind kind = kIdOnly;      // kIdOnly: handed over by id, strings unknown
+  std::string_view key;     // kLimit: the key; kAncestor: the tenant
+  std::string_view tenant;  // kLimit: the request's tenant (may be empty)
+};
+
+class DurableStore {
+ public:
+  // The format this build reads and writes (records and the database's meta).
+  static constexpr uint32_t kFormatVersion = 1;
+
+  // Opens the database in options.data_dir, making it if the directory holds none. Records
+  // written under another key-id seed are moved to this one's ids (those handed over by id
+  // alone cannot be, and are dropped and counted). An error naming the directory when it
+  // cannot be used (see above), or when this build has no RocksDB.
+  static Result<std::unique_ptr<DurableStore>> Open(const PolicySet& policies,
+                                                    const Clock& clock, DurableOptions options);
+  // Whether this build can open a database at all.
+  static bool Available();
+
+  virtual ~DurableStore() = default;
+
+  // The key's state as it was last written, on the policy's clock reading now_ms; nullopt
+  // when there is none or it is fresh by now. An error when the record cannot be read.
+  virtual Result<std::optional<KeyLimiter>> Read(int policy, const KeyId& id, int64_t now_ms) = 0;
+  // Queues the key's state (a fresh one is an erase); returns the sequence number of the
+  // batch that will hold it. With the key's stripe locked.
+  virtual uint64_t Write(int policy, const KeyId& id, const DurableKeyName& name,
+                         const KeyLimiter& state, int64_t now_ms) = 0;
+  virtual uint64_t Erase(const KeyId& id) = 0;
+
+  // Whether everything up to `seq` is durable (always, in interval mode).
+  virtual bool Synced(uint64_t seq) const = 0;
+  // Runs `done` once Synced(seq), on the committer's thread (or now, on the caller's).
+  virtual void WhenSynced(uint64_t seq, std::function<void()> done) = 0;
+  // Blocks until Synced(seq): for in-process callers.
+  virtual void WaitSynced(uint64_t seq) = 0;
+  // Writes and syncs everything queued, and returns when it is durable.
+  virtual void Flush() = 0;
+
+  virtual DurabilityMode mode() const = 0;
+  virtual const std::string& data_dir() const = 0;
+
+  struct Stats {
+    int64_t writes = 0;          // records queued (puts and deletes)
+    int64_t commits = 0;         // batches written (each one fsync)
+    int64_t reads = 0;           // read-throughs
+    int64_t read_hits = 0;       // that found a live record
+    int64_t errors = 0;          // records that could not be read, failed commits
+    int64_t dropped = 0;         // records of a policy gone or changed, or not re-keyable
+    int64_t expired = 0;         // fresh records dropped at compaction
+    int64_t pending = 0;         // records queued, not yet written
+    int64_t live_keys = 0;       // RocksDB's estimate
+    int64_t disk_bytes = 0;      // SST and WAL files
+  };
+  virtual Stats stats() const = 0;
+  // Compacts the whole database (drops what expired); for tests and the benchmark.
+  virtual void CompactAll() = 0;
+};
+
+// What limiterd opens at start: null when no policy is durable; an error when some is and no
+// data dir is given (naming the policy), or when the database cannot be opened.
+Result<std::unique_ptr<DurableStore>> OpenDurableStore(const PolicySet& policies,
+                                                       const Clock& clock,
+                                                       DurableOptions options);
+
+}  // namespace limiter

@@ -1,0 +1,479 @@
+// Durable policies across node restarts (server/durable_store.h): each algorithm's state
+// comes back, time between a stop and a start counts as the wall clock says (never less than
+// none), expired records are compacted away, a bad database stops the start with one message
+// naming it, and calendar windows follow the calendar (wall-clock jumps included).
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "common/frame_codec.h"
+#include "common/policy_file.h"
+#include "common/wire.h"
+#include "server/durable_store.h"
+#include "server/node.h"
+
+namespace limiter {
+namespace {
+
+const char* kPolicies = R"(
+policies:
+  - {name: window, algorithm: fixed_window, limit: 5, window: 1h, class: billing, durable: true}
+  - {name: log, algorithm: sliding_log, limit: 5, window: 1h, class: contract, durable: true}
+  - {name: counter, algorithm: sliding_window, limit: 5, window: 1h, class: contract,
+     durable: true}
+  - {name: bucket, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, class: contract,
+     durable: true}
+  - {name: gcra, algorithm: gcra, limit: 100, window: 1h, burst: 5, class: contract,
+     durable: true}
+  - {name: meter, algorithm: leaky_bucket, limit: 100, window: 1h, burst: 5, class: contract,
+     durable: true}
+  - {name: tenant, algorithm: gcra, limit: 100, window: 1h, burst: 8, class: contract,
+     durable: true}
+  - {name: api_key, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, class: contract,
+     parent: tenant, durable: true}
+  - {name: memory, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, class: contract}
+  - {name: second, algorithm: fixed_window, limit: 1, window: 1s, class: contract, durable: true}
+  - {name: daily, algorithm: fixed_window, limit: 3, window: 1d, align: calendar,
+     timezone: Europe/Berlin, class: billing, durable: true}
+  - {name: monthly, algorithm: fixed_window, limit: 2, window: 1mo, align: calendar,
+     class: billing}
+)";
+
+constexpr const char* kDurablePolicies[] = {"window", "log", "counter", "bucket", "gcra", "meter"};
+
+// ms since the epoch of a UTC civil time (days_from_civil, proleptic Gregorian).
+int64_t Utc(int y, unsigned m, unsigned d, int hh = 0, int mm = 0, int ss = 0) {
+  y -= m <= 2;
+  const int era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = int64_t{era} * 146097 + static_cast<int64_t>(doe) - 719468;
+  return ((days * 24 + hh) * 60 + mm) * 60'000 + int64_t{ss} * 1000;
+}
+
+class DurableTest : public ::testing::Test {
+ protected:
+  DurableTest() {
+    static int counter = 0;
+    dir_ = ::testing::TempDir() + "/limiter_durable_" + std::to_string(::getpid()) + "_" +
+           std::to_string(counter++);
+    std::filesystem::remove_all(dir_);
+    Result<PolicySet> p = ParsePolicies(kPolicies, "durable.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+  }
+  ~DurableTest() override {
+    node_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  Result<std::unique_ptr<DurableStore>> OpenStore(DurabilityMode mode = DurabilityMode::kSync) {
+    DurableOptions o;
+    o.data_dir = dir_;
+    o.mode = mode;
+    o.interval_ms = 20;
+    return OpenDurableStore(policies_, *clock_, o);
+  }
+
+  // A node on the data dir; the previous one (if any) is stopped first, as a process exits.
+  void Start(DurabilityMode mode = DurabilityMode::kSync) {
+    node_.reset();
+    Result<std::unique_ptr<DurableStore>> store = OpenStore(mode);
+    ASSERT_TRUE(store.ok()) << store.error();
+    NodeOptions options;
+    options.store.max_keys = 1'000'000;
+    node_ = std::make_unique<Node>(policies_, *clock_, options, std::move(store).value());
+    worker_ = &node_->AddWorker();
+  }
+  // A restart on another machine: a new monotonic clock, the wall clock `wall_ms` on.
+  void Restart(int64_t wall_ms, DurabilityMode mode = DurabilityMode::kSync) {
+    node_.reset();
+    const int64_t wall = clock_->WallMs() + wall_ms;
+    clock_ = std::make_unique<ManualClock>(clock_->NowMs() * 7 + 123'456);
+    clock_->SetWall(wall);
+    Start(mode);
+  }
+
+  const wire::Reply& Send(RequestBuilder& b) {
+    reply_bytes_.clear();
+    node_->HandleFrame(*worker_, b.Finish(), reply_bytes_);
+    b.Clear();
+    const FrameResult f = DecodeFrame(reply_bytes_, 64u << 20);
+    EXPECT_EQ(f.status, FrameStatus::kFrame);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    EXPECT_NE(reply, nullptr);
+    return *reply;
+  }
+  const wire::OpReply& One(RequestBuilder& b) { return *Send(b).ops()->Get(0); }
+
+  bool Check(std::string_view policy, std::string_view key, std::string_view tenant = {},
+             int64_t cost = 1) {
+    RequestBuilder b;
+    b.Check(1, policy, key, tenant, cost);
+    const wire::OpReply& r = One(b);
+    EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
+    return r.allowed();
+  }
+  int Admitted(std::string_view policy, std::string_view key, int tries,
+               std::string_view tenant = {}) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) n += Check(policy, key, tenant);
+    return n;
+  }
+  int64_t Remaining(std::string_view policy, std::string_view key) {
+    RequestBuilder b;
+    b.Inspect(1, policy, key);
+    const wire::OpReply& r = One(b);
+    EXPECT_EQ(r.status(), wire::Status::Ok);
+    return r.results()->Get(0)->remaining();
+  }
+
+  std::string dir_;
+  PolicySet policies_;
+  std::unique_ptr<ManualClock> clock_ = std::make_unique<ManualClock>(1'000'000);
+  std::unique_ptr<Node> node_;
+  Node::Worker* worker_ = nullptr;
+  std::vector<uint8_t> reply_bytes_;
+  std::vector<uint64_t> aligned_;
+};
+
+TEST_F(DurableTest, EveryAlgorithmsStateSurvivesARestartElsewhere) {
+  Start();
+  for (const char* p : kDurablePolicies) EXPECT_EQ(Admitted(p, "k", 8), 5) << p;
+  EXPECT_EQ(Admitted("memory", "k", 8), 5);
+  Restart(/*wall_ms=*/10);
+  for (const char* p : kDurablePolicies) EXPECT_EQ(Admitted(p, "k", 3), 0) << p;
+  EXPECT_EQ(Admitted("memory", "k", 8), 5) << "memory-only keys start fresh";
+  EXPECT_GE(node_->durable()->stats().read_hits, 6);
+}
+
+TEST_F(DurableTest, NestedLimitsAndTheirTenantSurvive) {
+  Start();
+  EXPECT_EQ(Admitted("api_key", "a", 5, "acme"), 5);
+  EXPECT_EQ(Admitted("api_key", "b", 5, "acme"), 3);  // the tenant's burst of 8 is spent
+  Restart(10);
+  EXPECT_EQ(Admitted("api_key", "c", 2, "acme"), 0);
+  EXPECT_EQ(Admitted("api_key", "a", 2, "acme"), 0);
+}
+
+TEST_F(DurableTest, TimeBetweenStopAndStartIsTheWallClocks) {
+  Start();
+  EXPECT_EQ(Admitted("bucket", "k", 6), 5);
+  // 100 an hour: one token every 36 s of wall time while the node was down.
+  Restart(/*wall_ms=*/36'000);
+  EXPECT_EQ(Admitted("bucket", "k", 3), 1);
+}
+
+TEST_F(DurableTest, AWallClockThatWentBackRefillsNothing) {
+  Start();
+  EXPECT_EQ(Admitted("bucket", "k", 6), 5);
+  Restart(/*wall_ms=*/-3'600'000);
+  EXPECT_EQ(Admitted("bucket", "k", 2), 0);
+  clock_->Advance(36'000);  // and then time runs on the node's own clock
+  EXPECT_EQ(Admitted("bucket", "k", 2), 1);
+}
+
+TEST_F(DurableTest, StatesAreExactlyAsBeforeForOneHundredThousandKeys) {
+  Start();
+  constexpr int kKeys = 100'000;
+  constexpr int kPerFrame = 1000;
+  auto key = [](int i) { return "key-" + std::to_string(i); };
+  RequestBuilder b;
+  for (int i = 0; i < kKeys; i += kPerFrame) {
+    for (int j = i; j < i + kPerFrame; ++j) {
+      b.Check(static_cast<uint64_t>(j), j % 2 ? "bucket" : "log", key(j), {}, 1 + j % 5);
+    }
+    const wire::Reply& r = Send(b);
+    for (const wire::OpReply* op : *r.ops()) ASSERT_TRUE(op->allowed());
+  }
+  auto inspect_all = [&] {
+    std::vector<int64_t> remaining;
+    constexpr int kInspectsPerFrame = 50;  // a frame may carry 64 (NodeOptions)
+    for (int i = 0; i < kKeys; i += kInspectsPerFrame) {
+      for (int j = i; j < i + kInspectsPerFrame; ++j) {
+        b.Inspect(static_cast<uint64_t>(j), j % 2 ? "bucket" : "log", key(j));
+      }
+      const wire::Reply& r = Send(b);
+      EXPECT_NE(r.ops(), nullptr);
+      if (r.ops() == nullptr) return remaining;
+      for (const wire::OpReply* op : *r.ops()) remaining.push_back(op->results()->Get(0)->remaining());
+    }
+    return remaining;
+  };
+  const std::vector<int64_t> before = inspect_all();
+  Restart(/*wall_ms=*/0);
+  const std::vector<int64_t> after = inspect_all();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    ASSERT_EQ(before[i], after[i]) << key(static_cast<int>(i));
+    ASSERT_EQ(after[i], 5 - (1 + static_cast<int64_t>(i) % 5)) << key(static_cast<int>(i));
+  }
+}
+
+TEST_F(DurableTest, SyncRepliesComeAfterTheirBatchIsDurable) {
+  Start(DurabilityMode::kSync);
+  constexpr int kThreads = 8, kKeys = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Node::Worker& w = node_->AddWorker();
+      std::vector<uint8_t> out;
+      RequestBuilder b;
+      for (int i = 0; i < kKeys; ++i) {
+        b.Check(1, "window", "t" + std::to_string(t) + "-" + std::to_string(i), {}, 5);
+        out.clear();
+        node_->HandleFrame(w, b.Finish(), out);
+        b.Clear();
+        // Returned: its write is synced (nothing of this thread's is pending).
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const DurableStore::Stats s = node_->durable()->stats();
+  EXPECT_EQ(s.pending, 0);
+  EXPECT_EQ(s.writes, kThreads * kKeys);
+  EXPECT_GE(s.commits, 1);
+  EXPECT_LE(s.commits, s.writes);
+  Restart(0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kKeys; i += 37) {
+      EXPECT_FALSE(Check("window", "t" + std::to_string(t) + "-" + std::to_string(i)));
+    }
+  }
+}
+
+TEST_F(DurableTest, IntervalModeKeepsWhatWasQueuedAtAStop) {
+  Start(DurabilityMode::kInterval);
+  EXPECT_EQ(Admitted("window", "k", 7), 5);
+  EXPECT_TRUE(node_->durable()->Synced(UINT64_MAX)) << "interval replies never wait";
+  Restart(0, DurabilityMode::kInterval);
+  EXPECT_EQ(Admitted("window", "k", 2), 0);
+}
+
+TEST_F(DurableTest, ExpiredRecordsAreCompactedAway) {
+  Start();
+  for (int i = 0; i < 500; ++i) EXPECT_TRUE(Check("second", "k" + std::to_string(i)));
+  EXPECT_TRUE(Check("window", "stays"));
+  clock_->Advance(2000);  // the 1 s windows have passed; the hour has not
+  node_->durable()->CompactAll();
+  const DurableStore::Stats s = node_->durable()->stats();
+  EXPECT_EQ(s.expired, 500);
+  Restart(0);
+  EXPECT_EQ(Admitted("window", "stays", 5), 4);
+  EXPECT_EQ(Admitted("second", "k1", 2), 1);
+}
+
+TEST_F(DurableTest, AKeyBackToFreshIsErased) {
+  Start();
+  RequestBuilder b;
+  b.Lease(1, "bucket", "k", {}, 3);
+  const wire::OpReply& lease = One(b);
+  ASSERT_EQ(lease.granted(), 3);
+  const int64_t at = lease.granted_at_ms();
+  const uint64_t id = lease.lease_id();
+  b.Return(2, "bucket", "k", {}, 3, at, id);
+  EXPECT_EQ(One(b).granted(), 3);
+  node_->durable()->CompactAll();
+  EXPECT_EQ(node_->durable()->stats().live_keys, 0);
+}
+
+TEST_F(DurableTest, DurablePoliciesNeedADataDir) {
+  DurableOptions none;
+  Result<std::unique_ptr<DurableStore>> store = OpenDurableStore(policies_, *clock_, none);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().find("durable.yaml:"), std::string::npos) << store.error();
+  EXPECT_NE(store.error().find("policy 'window' is durable: give --data-dir"), std::string::npos)
+      << store.error();
+  Result<PolicySet> memory = ParsePolicies(
+      "policies:\n  - {name: m, algorithm: gcra, limit: 1, window: 1s, class: contract}\n", "m.yaml");
+  ASSERT_TRUE(memory.ok());
+  Result<std::unique_ptr<DurableStore>> nothing = OpenDurableStore(*memory, *clock_, none);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_EQ(nothing->get(), nullptr);
+}
+
+TEST_F(DurableTest, AnotherFormatVersionStopsTheStart) {
+  Start();
+  EXPECT_TRUE(Check("window", "k"));
+  node_.reset();
+  {
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_, &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "mformat", "99").ok());
+    delete db;
+  }
+  Result<std::unique_ptr<DurableStore>> store = OpenStore();
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error(), "data dir '" + dir_ +
+                               "': written in format 99 by another limiterd version; this one "
+                               "reads format 1");
+}
+
+TEST_F(DurableTest, ADatabaseLimiterdDidNotWriteStopsTheStart) {
+  {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "someone", "else's").ok());
+    delete db;
+  }
+  Result<std::unique_ptr<DurableStore>> store = OpenStore();
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().find("data dir '" + dir_ + "': holds a database that limiterd did not"),
+            std::string::npos)
+      << store.error();
+}
+
+TEST_F(DurableTest, ACorruptDatabaseStopsTheStart) {
+  Start();
+  EXPECT_TRUE(Check("window", "k"));
+  node_.reset();
+  // RocksDB's CURRENT names the manifest: garbage there is a database it cannot open.
+  std::ofstream(dir_ + "/CURRENT", std::ios::trunc) << "MANIFEST-garbage\n";
+  Result<std::unique_ptr<DurableStore>> store = OpenStore();
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().find("data dir '" + dir_ + "': cannot open its database: "),
+            std::string::npos)
+      << store.error();
+}
+
+TEST_F(DurableTest, ADatabaseInUseByAnotherNodeStopsTheStart) {
+  Start();
+  Result<std::unique_ptr<DurableStore>> second = OpenStore();
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.error().find("data dir '" + dir_ + "': cannot open its database: "),
+            std::string::npos)
+      << second.error();
+  EXPECT_TRUE(Check("window", "k")) << "the first keeps serving";
+}
+
+TEST_F(DurableTest, AnUnreadableRecordIsAnErrorReplyForItsKeyOnly) {
+  Start();
+  EXPECT_TRUE(Check("window", "bad"));
+  EXPECT_TRUE(Check("window", "good"));
+  node_.reset();
+  {
+    // Overwrite the record with bytes of no format (RocksDB's checksums are intact: this is
+    // what a record of a future layout, or a bug, would look like).
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_, &db).ok());
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    std::vector<std::string> keys;
+    for (it->Seek("k"); it->Valid() && it->key()[0] == 'k'; it->Next()) keys.push_back(it->key().ToString());
+    it.reset();
+    ASSERT_EQ(keys.size(), 2u);
+    for (const std::string& k : keys) ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), k, "\x07junk").ok());
+    delete db;
+  }
+  Start();
+  RequestBuilder b;
+  b.Check(1, "window", "bad");
+  const wire::OpReply& r = One(b);
+  EXPECT_EQ(r.status(), wire::Status::StoreError);
+  ASSERT_NE(r.error(), nullptr);
+  EXPECT_NE(r.error()->str().find("durable store '" + dir_ + "'"), std::string::npos)
+      << r.error()->str();
+  EXPECT_NE(r.error()->str().find("record of format 7"), std::string::npos) << r.error()->str();
+  EXPECT_FALSE(r.allowed());
+  EXPECT_TRUE(Check("window", "other")) << "other keys are served";
+  EXPECT_GE(node_->durable()->stats().errors, 1);
+}
+
+TEST_F(DurableTest, APolicyWhoseAlgorithmChangedStartsItsKeysFresh) {
+  Start();
+  EXPECT_EQ(Admitted("bucket", "k", 6), 5);
+  node_.reset();
+  std::string changed = kPolicies;
+  const std::string from = "name: bucket, algorithm: token_bucket";
+  changed.replace(changed.find(from), from.size(), "name: bucket, algorithm: gcra");
+  Result<PolicySet> p = ParsePolicies(changed, "durable.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  policies_ = std::move(p).value();
+  Start();
+  EXPECT_EQ(Admitted("bucket", "k", 6), 5);
+  EXPECT_EQ(node_->durable()->stats().dropped, 1);
+}
+
+// ----- Calendar windows on the node: the wall clock, Europe/Berlin -----
+
+TEST_F(DurableTest, ADailyWindowResetsAtLocalMidnight) {
+  clock_->SetWall(Utc(2026, 1, 14, 22, 59, 59));  // 23:59:59 in Berlin (CET, UTC+1)
+  Start();
+  EXPECT_EQ(Admitted("daily", "k", 5), 3);
+  RequestBuilder b;
+  b.Check(1, "daily", "k");
+  const wire::OpReply& denied = One(b);
+  EXPECT_FALSE(denied.allowed());
+  EXPECT_EQ(denied.retry_after_ms(), 1000) << "a second to midnight";
+  clock_->SetWall(Utc(2026, 1, 14, 22, 59, 59) + 999);
+  EXPECT_FALSE(Check("daily", "k"));
+  clock_->SetWall(Utc(2026, 1, 14, 23, 0, 0));
+  EXPECT_EQ(Admitted("daily", "k", 5), 3);
+}
+
+TEST_F(DurableTest, TheDayOfTheSpringDstChangeIs23Hours) {
+  clock_->SetWall(Utc(2026, 3, 28, 23, 0, 0));  // 2026-03-29 00:00 CET
+  Start();
+  EXPECT_EQ(Admitted("daily", "k", 4), 3);
+  RequestBuilder b;
+  b.Check(1, "daily", "k");
+  const wire::OpReply& denied = One(b);
+  EXPECT_EQ(denied.retry_after_ms(), 23 * 3'600'000);
+  clock_->SetWall(Utc(2026, 3, 29, 21, 59, 59));  // 23:59:59 CEST
+  EXPECT_FALSE(Check("daily", "k"));
+  clock_->SetWall(Utc(2026, 3, 29, 22, 0, 0));  // 2026-03-30 00:00 CEST
+  EXPECT_TRUE(Check("daily", "k"));
+}
+
+TEST_F(DurableTest, AWallClockJumpBackNeitherRefillsNorChargesTwice) {
+  clock_->SetWall(Utc(2026, 6, 10, 8, 0, 0));  // 10:00 CEST
+  Start();
+  EXPECT_EQ(Admitted("daily", "k", 2), 2);
+  clock_->SetWall(Utc(2026, 6, 9, 21, 0, 0));  // back to 23:00 the day before
+  EXPECT_EQ(Admitted("daily", "k", 3), 1) << "the day's count stays; nothing refills";
+  clock_->SetWall(Utc(2026, 6, 10, 9, 0, 0));  // forward again, same day
+  EXPECT_EQ(Admitted("daily", "k", 2), 0);
+  clock_->SetWall(Utc(2026, 6, 10, 22, 0, 0));  // midnight in Berlin
+  EXPECT_EQ(Admitted("daily", "k", 4), 3);
+}
+
+TEST_F(DurableTest, ACalendarWindowSurvivesARestartUntilItsEnd) {
+  clock_->SetWall(Utc(2026, 1, 14, 21, 0, 0));  // 22:00 CET
+  Start();
+  EXPECT_EQ(Admitted("daily", "k", 4), 3);
+  Restart(/*wall_ms=*/3'600'000);  // 23:00
+  EXPECT_EQ(Admitted("daily", "k", 2), 0);
+  Restart(/*wall_ms=*/3'600'000);  // midnight
+  EXPECT_EQ(Admitted("daily", "k", 4), 3);
+}
+
+TEST_F(DurableTest, AMonthlyWindowCoversTheWholeMonth) {
+  Start();
+  const struct {
+    int y;
+    unsigned m;
+    unsigned days;
+  } months[] = {{2026, 2, 28}, {2028, 2, 29}, {2026, 4, 30}, {2026, 12, 31}};
+  for (const auto& month : months) {
+    const std::string key = "m" + std::to_string(month.y) + "-" + std::to_string(month.m);
+    clock_->SetWall(Utc(month.y, month.m, 1));
+    EXPECT_EQ(Admitted("monthly", key, 3), 2) << key;
+    clock_->SetWall(Utc(month.y, month.m, month.days, 23, 59, 59) + 999);
+    EXPECT_FALSE(Check("monthly", key)) << key << ": the last ms of the month";
+    clock_->SetWall(Utc(month.y, month.m, month.days) + 86'400'000);
+    EXPECT_EQ(Admitted("monthly", key, 3), 2) << key << ": the 1st of the next";
+  }
+}
+
+}  // namespace
+}  // namespace limiter
