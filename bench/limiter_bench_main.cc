@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bench/cluster_bench.h"
+#include "bench/durable_bench.h"
 #include "bench/fleet_sim.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
@@ -63,7 +64,68 @@ int main(int argc, char** argv) {
   node->add_flag("--vs-redis", o.vs_redis,
                  "Run the same load against a local redis-server Lua token bucket too");
   node->add_option("--redis-server", o.redis_server, "redis-server binary")->capture_default_str();
-  node->add_flag("--json", o.json, "One JSON object instead of the text report");
+  node->add_flag("--json", o.json,
+                 "One JSON object instead of the text report (one a line per run)");
+  o.durable_policies = LIMITER_DURABLE_POLICIES;
+  std::string durable_list = "off";
+  node->add_option("--durable", durable_list,
+                   "off (memory only), sync or interval: a local node with a temporary data "
+                   "dir, driving --durable-policy; several comma-separated (off,sync,interval) "
+                   "run in turn, each on a fresh node, and are compared")
+      ->capture_default_str();
+  node->add_option("--sync-interval-ms", o.sync_interval_ms,
+                   "Durable runs: the node's --sync-interval-ms (default: the node's, 100)")
+      ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
+  node->add_option("--durable-policies", o.durable_policies,
+                   "Durable runs: the node's policy file (a durable policy makes a node without "
+                   "a data dir refuse to start, so it is not --policies)")
+      ->capture_default_str();
+  node->add_option("--durable-policy", o.durable_policy, "Durable runs: the policy the checks name")
+      ->capture_default_str();
+  node->add_option("--data-parent", o.data_parent,
+                   "Durable runs: where the temporary data dir goes (default $TMPDIR or /tmp)");
+
+  limiter::bench::DurableRestartOptions d;
+  d.policies = LIMITER_DURABLE_POLICIES;
+  std::string restart_mode = "sync";
+  CLI::App* restart = app.add_subcommand(
+      "durable-restart",
+      "Write N durable keys into a node, stop it, start it on the same data dir: start-up "
+      "time, first read-through, disk bytes per key, and a verified sample of the keys");
+  restart->add_option("--keys", d.keys, "Durable keys written, one check each")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 32));
+  restart
+      ->add_option("--durable", restart_mode,
+                   "The node's durability while writing: sync or interval")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sync", "interval"}));
+  restart
+      ->add_option("--sync-interval-ms", d.sync_interval_ms,
+                   "The node's --sync-interval-ms (default: the node's, 100)")
+      ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
+  restart->add_option("--batch", d.batch, "Checks a frame while writing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+  restart->add_option("--depth", d.depth, "Frames in flight while writing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  restart
+      ->add_option("--sample", d.sample,
+                   "Written keys verified after the restart (and as many never written)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  restart->add_option("--seed", d.seed, "Seed of the sample's draws")->capture_default_str();
+  bool no_compact = false;
+  restart->add_flag("--no-compact", no_compact,
+                    "Skip the full compaction (done in this process on the stopped node's dir)");
+  restart->add_option("--limiterd", d.limiterd, "limiterd binary (default: next to this one)");
+  restart->add_option("--policies", d.policies, "The node's policy file")->capture_default_str();
+  restart->add_option("--policy", d.policy, "The durable policy the keys are checked on")
+      ->capture_default_str();
+  restart->add_option("--data-parent", d.data_parent,
+                      "Where the temporary data dir goes (default $TMPDIR or /tmp)");
+  restart->add_flag("--json", d.json, "One JSON object instead of the text report");
 
   limiter::bench::HotKeyBenchOptions h;
   h.policies = LIMITER_BENCH_POLICIES;
@@ -268,7 +330,12 @@ int main(int argc, char** argv) {
     std::cerr << "limiter-bench: " << access.error() << '\n';
     return 2;
   }
-  o.access = h.access = c.access = g.access = *access;
+  o.access = h.access = c.access = g.access = d.access = *access;
+  if (restart->parsed()) {
+    d.mode = *limiter::ParseDurabilityMode(restart_mode);
+    d.compact = !no_compact;
+    return limiter::bench::RunDurableRestart(d, std::cout, std::cerr);
+  }
   if (sim->parsed()) return limiter::bench::RunFleetSim(sim_o, std::cout, std::cerr);
   if (regions->parsed()) return limiter::bench::RunRegionsBench(g, std::cout, std::cerr);
   if (merge->parsed()) return limiter::bench::RunMerge(m, std::cout, std::cerr);
@@ -293,5 +360,12 @@ int main(int argc, char** argv) {
     return limiter::bench::RunClusterBench(c, std::cout, std::cerr);
   }
   if (hot->parsed()) return limiter::bench::RunHotKeyBench(h, std::cout, std::cerr);
+  limiter::Result<std::vector<limiter::bench::NodeDurability>> durability =
+      limiter::bench::ParseDurabilityList(durable_list);
+  if (!durability) {
+    std::cerr << "limiter-bench: --durable: " << durability.error() << '\n';
+    return 2;
+  }
+  o.durability = std::move(durability).value();
   return limiter::bench::RunNodeBench(o, std::cout, std::cerr);
 }

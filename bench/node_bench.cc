@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <vector>
 
 #include "bench/node_load.h"
 #include "bench/redis_load.h"
@@ -20,6 +23,9 @@ namespace {
 // in flight.
 constexpr int kWarmUpBatch = 1000;
 constexpr int kWarmUpDepth = 4;
+// A durable node writes what is queued before it exits: minutes, if its committer fell far
+// behind.
+constexpr int kStopTimeoutMs = 600'000;
 
 struct MemoryReport {
   NodeStats before;
@@ -33,10 +39,25 @@ struct MemoryReport {
   }
 };
 
+// A durable run's side of the report.
+struct DurableReport {
+  DurabilityMode mode = DurabilityMode::kSync;
+  std::string fs;                       // the file system of the data dir
+  NodeDurableStats before, after;       // the node's counters before and after the load
+  GroupCommitFigures commit;            // over the load
+  int64_t rss_end = 0;                  // the node's rss after the load
+  double stop_ms = 0;                   // SIGTERM until it exited: what was queued is written
+  std::optional<DataDirBytes> stopped;  // the data dir after the node's clean stop
+};
+
 struct Report {
+  NodeDurability durability;
+  std::string policy;  // the policy the checks named
   std::string address;
   std::string node_banner;  // the local node's first line; empty for --server
   MemoryReport memory;
+  std::optional<DurableReport> durable;
+  std::optional<double> vs_memory;  // checks/s over the memory-only runs' mean, when any ran
   LoadResult node;
   std::optional<LoadResult> redis;
   // A local node's CPU over the load (from /proc), per frame and per check: the costs
@@ -53,6 +74,11 @@ struct Report {
   }
   int batch = 1;
 };
+
+// The node's --sync-interval-ms: the flag's, else limiterd's default.
+int64_t SyncIntervalMs(const NodeBenchOptions& o) {
+  return o.sync_interval_ms > 0 ? o.sync_interval_ms : DurableOptions().interval_ms;
+}
 
 std::string Format(const char* format, auto... args) {
   char buf[256];
@@ -89,7 +115,7 @@ std::string ResultLine(const char* name, const LoadResult& r) {
 
 void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
   const LoadShape& s = o.shape;
-  out << "node:   " << r.address << ", policy '" << o.policy << "'";
+  out << "node:   " << r.address << ", policy '" << r.policy << "'";
   if (!r.node_banner.empty()) out << " (started: " << r.node_banner << ")";
   out << '\n';
   if (s.rate > 0) {
@@ -122,6 +148,33 @@ void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
     out << Format("cpu:    the node used %.2f CPU s: %.2f us per frame, %.3f us per check\n",
                   *r.node_cpu_s, r.us_per_frame(), r.us_per_check());
   }
+  if (r.durable) {
+    const DurableReport& d = *r.durable;
+    out << "durable: " << DurabilityModeName(d.mode);
+    if (d.mode == DurabilityMode::kInterval) {
+      out << " every " << SyncIntervalMs(o) << " ms";
+    }
+    out << ", data dir on " << d.fs << (d.fs == "tmpfs" ? " (an fsync there costs nothing)" : "")
+        << Format("; the load queued %" PRId64 " writes in %" PRId64
+                  " commits: %.0f commits (fsyncs)/s, %.1f writes a commit\n",
+                  d.commit.writes, d.commit.commits, d.commit.commits_per_s,
+                  d.commit.writes_per_commit);
+    out << Format("         %.0f records/s were written, the committer took %.0f/s off the queue",
+                  d.commit.written_per_s, d.commit.taken_per_s);
+    if (d.commit.behind()) out << ": it fell behind, the checks/s above is not sustained";
+    out << '\n';
+    out << "         at the end: " << d.after.keys
+        << " records (RocksDB's estimate: overwrites count until compacted), "
+        << Mib(d.after.disk_bytes) << " of SST + WAL, node rss " << Mib(d.rss_end);
+    if (d.after.pending > 0) out << "; " << d.after.pending << " records still queued";
+    if (d.after.errors > 0) out << "; " << d.after.errors << " durable errors";
+    out << '\n';
+    if (d.stopped) {
+      out << Format("         clean stop (SIGTERM) in %.0f ms, then %s of SST + WAL\n", d.stop_ms,
+                    Mib(d.stopped->sst_and_wal()).c_str());
+    }
+  }
+  if (r.vs_memory) out << Format("vs memory-only: %.2fx checks/s\n", *r.vs_memory);
   if (r.redis) {
     out << ResultLine("redis", *r.redis) << '\n'
         << "       " << CountsLine(r.redis->counts) << '\n';
@@ -155,7 +208,8 @@ void WriteJson(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
   const LoadShape& s = o.shape;
   nlohmann::json j;
   j["server"] = r.address;
-  j["policy"] = o.policy;
+  j["policy"] = r.policy;
+  j["durability"] = NodeDurabilityName(r.durability);
   j["mode"] = s.rate > 0 ? "open" : "closed";
   if (s.rate > 0) j["rate"] = s.rate;
   j["connections"] = o.connections;
@@ -180,6 +234,31 @@ void WriteJson(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
     j["node_cpu_us_per_check"] = r.us_per_check();
   }
   j["warmup_evictions"] = m.after.evictions - m.before.evictions;
+  if (r.durable) {
+    const DurableReport& d = *r.durable;
+    if (d.mode == DurabilityMode::kInterval) {
+      j["sync_interval_ms"] = SyncIntervalMs(o);
+    }
+    j["data_dir_fs"] = d.fs;
+    j["durable_writes"] = d.commit.writes;
+    j["durable_commits"] = d.commit.commits;
+    j["durable_commits_per_s"] = d.commit.commits_per_s;
+    j["durable_writes_per_commit"] = d.commit.writes_per_commit;
+    j["durable_errors"] = d.after.errors;
+    j["durable_keys"] = d.after.keys;
+    j["durable_disk_bytes"] = d.after.disk_bytes;
+    j["durable_pending"] = d.after.pending;
+    j["durable_backlog"] = d.commit.backlog;
+    j["durable_taken_per_s"] = d.commit.taken_per_s;
+    j["durable_behind"] = d.commit.behind();
+    j["node_rss_end_bytes"] = d.rss_end;
+    if (d.stopped) {
+      j["stop_ms"] = d.stop_ms;
+      j["durable_disk_bytes_stopped"] = d.stopped->sst_and_wal();
+      j["durable_dir_bytes_stopped"] = d.stopped->total();
+    }
+  }
+  if (r.vs_memory) j["vs_memory"] = *r.vs_memory;
   if (r.redis) {
     AddLoad(j, "redis_", *r.redis);
     const double redis = r.redis->checks_per_s();
@@ -218,7 +297,8 @@ Result<LoadResult> RunOver(int connections, const LoadShape& shape, Connect conn
   return RunLoad(channels, shape);
 }
 
-Result<MemoryReport> MeasureMemory(const std::string& address, const NodeBenchOptions& o) {
+Result<MemoryReport> MeasureMemory(const std::string& address, const std::string& policy,
+                                   const NodeBenchOptions& o) {
   Result<std::unique_ptr<NodeConnection>> probe = NodeConnection::Connect(address, 5000, o.access);
   if (!probe) return Error{probe.error()};
   MemoryReport m;
@@ -226,7 +306,7 @@ Result<MemoryReport> MeasureMemory(const std::string& address, const NodeBenchOp
   if (!before) return Error{before.error()};
   m.before = *before;
   {
-    Result<std::unique_ptr<NodeChannel>> channel = NodeChannel::Connect(address, o.policy, o.access);
+    Result<std::unique_ptr<NodeChannel>> channel = NodeChannel::Connect(address, policy, o.access);
     if (!channel) return Error{channel.error()};
     Result<CheckCounts> touched =
         TouchEveryKey(**channel, o.shape.keys, kWarmUpBatch, kWarmUpDepth);
@@ -260,6 +340,115 @@ Result<LoadResult> RunRedis(const NodeBenchOptions& o, const Rate& rate) {
   return RunOver(o.connections, o.shape, connect);
 }
 
+// One run on a node: a fresh local one with `durability`, or --server's.
+Result<Report> RunNode(const NodeBenchOptions& o, const NodeDurability& durability) {
+  Report report;
+  report.durability = durability;
+  report.policy = durability ? o.durable_policy : o.policy;
+  report.address = o.server;
+  std::unique_ptr<TempDataDir> dir;  // outlives the node: removed once it has stopped
+  LocalNode local;
+  if (o.server.empty()) {
+    LocalNodeOptions node;
+    node.program = o.limiterd.empty() ? DefaultLimiterdPath() : o.limiterd;
+    if (node.program.empty() || !Runnable(node.program)) {
+      return Error{"no limiterd at '" + node.program + "' (build it, or give --limiterd PATH)"};
+    }
+    node.policies = durability ? o.durable_policies : o.policies;
+    node.max_keys = static_cast<int64_t>(2 * o.shape.keys + 1024);
+    node.threads = o.node_threads;
+    if (durability) {
+      Result<std::unique_ptr<TempDataDir>> made = TempDataDir::Make(o.data_parent);
+      if (!made) return Error{made.error()};
+      dir = std::move(made).value();
+      report.durable.emplace();
+      report.durable->mode = *durability;
+      report.durable->fs = FileSystemName(dir->path());
+      node.extra_args = {"--data-dir", dir->path(), "--durability",
+                         std::string(DurabilityModeName(*durability))};
+      if (o.sync_interval_ms > 0) {
+        node.extra_args.push_back("--sync-interval-ms");
+        node.extra_args.push_back(std::to_string(o.sync_interval_ms));
+      }
+    }
+    Result<LocalNode> started = StartLocalNode(node);
+    if (!started) return Error{started.error()};
+    local = std::move(started).value();
+    report.address = local.address;
+    report.node_banner = local.banner;
+  }
+
+  Result<MemoryReport> memory = MeasureMemory(report.address, report.policy, o);
+  if (!memory) return Error{"node " + report.address + ": " + memory.error()};
+  report.memory = *memory;
+  if (report.durable) {
+    if (!report.memory.after.durable) {
+      return Error{"node " + report.address + " reports no durable_* counters: is policy '" +
+                   report.policy + "' durable: true in " + o.durable_policies + "?"};
+    }
+    report.durable->before = *report.memory.after.durable;
+  }
+
+  report.batch = o.shape.batch;
+  const std::optional<double> cpu_before =
+      local.process ? CpuSeconds(local.process->pid()) : std::nullopt;
+  Result<LoadResult> node =
+      RunOver(o.connections, o.shape, [&]() -> Result<std::unique_ptr<LoadChannel>> {
+        auto channel = NodeChannel::Connect(report.address, report.policy, o.access);
+        if (!channel) return Error{channel.error()};
+        return std::unique_ptr<LoadChannel>(std::move(channel).value());
+      });
+  if (!node) return Error{"node " + report.address + ": " + node.error()};
+  report.node = std::move(node).value();
+  if (cpu_before) {
+    if (const std::optional<double> after = CpuSeconds(local.process->pid())) {
+      report.node_cpu_s = *after - *cpu_before;
+    }
+  }
+  if (report.durable) {
+    Result<std::unique_ptr<NodeConnection>> probe =
+        NodeConnection::Connect(report.address, 5000, o.access);
+    if (!probe) return Error{"node " + report.address + ": " + probe.error()};
+    Result<NodeStats> after = ReadNodeStats(**probe);
+    if (!after) return Error{"node " + report.address + ": " + after.error()};
+    DurableReport& d = *report.durable;
+    d.after = after->durable.value_or(NodeDurableStats());
+    d.rss_end = after->resident_bytes;
+    d.commit = GroupCommit(d.before, d.after, report.node.seconds);
+    probe->reset();
+    const auto stopping = std::chrono::steady_clock::now();
+    Result<int> status = StopLocalNode(local, kStopTimeoutMs);
+    d.stop_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stopping)
+            .count();
+    if (!status) return Error{"node " + report.address + ": " + status.error()};
+    if (*status != 0) {
+      return Error{"node " + report.address + " exited with status " + std::to_string(*status) +
+                   " on SIGTERM"};
+    }
+    d.stopped = MeasureDataDir(dir->path());
+  }
+  return report;
+}
+
+// The runs side by side, when there are several.
+void WriteSummary(const std::vector<Report>& reports, std::ostream& out) {
+  out << "\nruns:   durability      checks/s   p50 us   p99 us   fsyncs/s  writes/commit  vs memory"
+         "  committer\n";
+  for (const Report& r : reports) {
+    const Histogram::Snapshot& h = r.node.latency_us;
+    out << Format("        %-10s %12.0f %8" PRIu64 " %8" PRIu64,
+                  std::string(NodeDurabilityName(r.durability)).c_str(), r.node.checks_per_s(),
+                  h.Quantile(0.50), h.Quantile(0.99));
+    out << (r.durable ? Format(" %10.0f %14.1f", r.durable->commit.commits_per_s,
+                               r.durable->commit.writes_per_commit)
+                      : Format(" %10s %14s", "-", "-"));
+    out << (r.vs_memory ? Format(" %9.2fx", *r.vs_memory) : Format(" %10s", "-"));
+    if (r.durable) out << (r.durable->commit.behind() ? "  fell behind" : "  kept up");
+    out << '\n';
+  }
+}
+
 }  // namespace
 
 int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err) {
@@ -267,6 +456,12 @@ int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err
     err << "limiter-bench: " << message << '\n';
     return 1;
   };
+  if (o.durability.empty()) return fail("no run: --durable names none");
+  const bool any_durable = std::any_of(o.durability.begin(), o.durability.end(),
+                                       [](const auto& d) { return d.has_value(); });
+  if (any_durable && !o.server.empty()) {
+    return fail("--durable needs a local node (it gives it a data dir): drop --server");
+  }
   // The policy file gives a local node its policies and the redis bucket its numbers.
   std::optional<PolicySet> policies;
   const Policy* policy = nullptr;
@@ -277,64 +472,57 @@ int RunNodeBench(const NodeBenchOptions& o, std::ostream& out, std::ostream& err
     policy = policies->Find(o.policy);
     if (policy == nullptr) return fail("no policy '" + o.policy + "' in " + o.policies);
   }
+  if (any_durable) {
+    Result<PolicySet> loaded = LoadPolicyFile(o.durable_policies);
+    if (!loaded) return fail(loaded.error());
+    const Policy* durable = loaded->Find(o.durable_policy);
+    if (durable == nullptr) {
+      return fail("no policy '" + o.durable_policy + "' in " + o.durable_policies);
+    }
+    if (!durable->durable) {
+      return fail("policy '" + o.durable_policy + "' in " + o.durable_policies +
+                  " is not durable: true");
+    }
+  }
 
   if (o.vs_redis && !Runnable(o.redis_server)) {
     return fail("cannot run '" + o.redis_server +
                 "' (install redis-server, or give --redis-server PATH)");
   }
 
-  Report report;
-  LocalNode local;
-  report.address = o.server;
-  if (o.server.empty()) {
-    LocalNodeOptions node;
-    node.program = o.limiterd.empty() ? DefaultLimiterdPath() : o.limiterd;
-    if (node.program.empty() || !Runnable(node.program)) {
-      return fail("no limiterd at '" + node.program + "' (build it, or give --limiterd PATH)");
-    }
-    node.policies = o.policies;
-    node.max_keys = static_cast<int64_t>(2 * o.shape.keys + 1024);
-    node.threads = o.node_threads;
-    Result<LocalNode> started = StartLocalNode(node);
-    if (!started) return fail(started.error());
-    local = std::move(started).value();
-    report.address = local.address;
-    report.node_banner = local.banner;
+  std::vector<Report> reports;
+  for (const NodeDurability& durability : o.durability) {
+    Result<Report> report = RunNode(o, durability);  // its node stopped: the next has the machine
+    if (!report) return fail(report.error());
+    reports.push_back(std::move(report).value());
   }
-
-  Result<MemoryReport> memory = MeasureMemory(report.address, o);
-  if (!memory) return fail("node " + report.address + ": " + memory.error());
-  report.memory = *memory;
-
-  report.batch = o.shape.batch;
-  const std::optional<double> cpu_before =
-      local.process ? CpuSeconds(local.process->pid()) : std::nullopt;
-  Result<LoadResult> node =
-      RunOver(o.connections, o.shape, [&]() -> Result<std::unique_ptr<LoadChannel>> {
-        auto channel = NodeChannel::Connect(report.address, o.policy, o.access);
-        if (!channel) return Error{channel.error()};
-        return std::unique_ptr<LoadChannel>(std::move(channel).value());
-      });
-  if (!node) return fail("node " + report.address + ": " + node.error());
-  report.node = std::move(node).value();
-  if (cpu_before) {
-    if (const std::optional<double> after = CpuSeconds(local.process->pid())) {
-      report.node_cpu_s = *after - *cpu_before;
+  double memory_sum = 0;
+  int memory_runs = 0;
+  for (const Report& r : reports) {
+    if (!r.durability) {
+      memory_sum += r.node.checks_per_s();
+      ++memory_runs;
     }
   }
-  local = LocalNode();  // stopped: the redis run has the machine to itself
+  if (memory_runs > 0 && memory_sum > 0 && reports.size() > 1) {
+    for (Report& r : reports) r.vs_memory = r.node.checks_per_s() / (memory_sum / memory_runs);
+  }
 
   if (o.vs_redis) {
     Result<LoadResult> redis = RunRedis(o, policy->rate);
     if (!redis) return fail(redis.error());
-    report.redis = std::move(redis).value();
+    for (Report& r : reports) r.redis = *redis;
   }
 
-  if (o.json) {
-    WriteJson(o, report, out);
-  } else {
-    WriteText(o, report, out);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    if (o.json) {
+      WriteJson(o, reports[i], out);
+    } else {
+      if (i > 0) out << '\n';
+      WriteText(o, reports[i], out);
+    }
   }
+  if (!o.json && reports.size() > 1) WriteSummary(reports, out);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,6 @@
 namespace limiter::bench {
 namespace {
 
-constexpr int kNodeStartTimeoutMs = 10'000;
 // Replies may be larger than requests; accept up to 64 MiB (as NodeConnection does).
 constexpr uint32_t kMaxReplyBytes = 64u << 20;
 constexpr size_t kReadBytes = 64 * 1024;
@@ -186,24 +186,52 @@ Result<NodeStats> ReadNodeStats(NodeConnection& connection) {
     for (const wire::Stat* stat : *op.stats()) {
       if (!stat->name()) continue;
       const std::string_view name = stat->name()->string_view();
-      if (name == "keys") {
-        stats.keys = stat->value();
-        have_keys = true;
-      } else if (name == "resident_bytes") {
-        stats.resident_bytes = stat->value();
-        have_rss = true;
-      } else if (name == "evictions") {
-        stats.evictions = stat->value();
-      } else if (name == "frames") {
-        stats.frames = stat->value();
-      } else if (name.starts_with("ops_check_") || name.starts_with("ops_lease_") ||
-                 name.starts_with("ops_return_")) {
-        stats.store_ops += stat->value();
-      }
+      have_keys |= name == "keys";
+      have_rss |= name == "resident_bytes";
+      ApplyNodeStat(stats, name, stat->value());
     }
   }
   if (!have_keys || !have_rss) return Error{"STATS: the reply lacks keys or resident_bytes"};
   return stats;
+}
+
+bool ApplyNodeStat(NodeStats& stats, std::string_view name, int64_t value) {
+  if (name == "keys") {
+    stats.keys = value;
+  } else if (name == "resident_bytes") {
+    stats.resident_bytes = value;
+  } else if (name == "evictions") {
+    stats.evictions = value;
+  } else if (name == "frames") {
+    stats.frames = value;
+  } else if (name.starts_with("ops_check_") || name.starts_with("ops_lease_") ||
+             name.starts_with("ops_return_")) {
+    stats.store_ops += value;
+  } else if (name.starts_with("durable_")) {
+    const std::string_view field = name.substr(std::string_view("durable_").size());
+    NodeDurableStats& d = stats.durable ? *stats.durable : stats.durable.emplace();
+    if (field == "writes") {
+      d.writes = value;
+    } else if (field == "commits") {
+      d.commits = value;
+    } else if (field == "reads") {
+      d.reads = value;
+    } else if (field == "read_hits") {
+      d.read_hits = value;
+    } else if (field == "errors") {
+      d.errors = value;
+    } else if (field == "pending") {
+      d.pending = value;
+    } else if (field == "records_estimate") {
+      d.keys = value;
+    } else if (field == "disk_bytes") {
+      d.disk_bytes = value;
+    }
+    // Any durable_ counter says the node has a database, even one NodeStats does not keep.
+  } else {
+    return false;
+  }
+  return true;
 }
 
 namespace {
@@ -228,7 +256,7 @@ Result<LocalNode> StartNode(const LocalNodeOptions& options, const std::string& 
   if (!process) return Error{"cannot start " + options.program + ": " + process.error()};
   LocalNode node;
   node.process = std::move(process).value();
-  Result<std::string> line = node.process->ReadLine(kNodeStartTimeoutMs);
+  Result<std::string> line = node.process->ReadLine(options.start_timeout_ms);
   if (!line) return Error{options.program + " did not start: " + line.error()};
   node.banner = *line;
   // "limiterd NAME listening on HOST:PORT admin HOST:PORT threads N policies M"
@@ -291,6 +319,16 @@ CpuBudget::~CpuBudget() {
 
 Result<LocalNode> StartLocalNode(const LocalNodeOptions& options) {
   return StartNode(options, "127.0.0.1:0", {});
+}
+
+Result<int> StopLocalNode(LocalNode& node, int timeout_ms) {
+  if (!node.process) return Error{"the node is not running"};
+  node.process->Signal(SIGTERM);
+  const std::optional<int> status = node.process->Wait(timeout_ms);
+  if (!status) {
+    return Error{"the node did not exit within " + std::to_string(timeout_ms) + " ms of SIGTERM"};
+  }
+  return *status;
 }
 
 Result<std::vector<LocalNode>> StartLocalCluster(int nodes, const LocalNodeOptions& options) {

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "bench/load_loop.h"
 #include "client/node_connection.h"
@@ -61,6 +63,18 @@ class NodeChannel final : public LoadChannel {
   uint64_t expected_id_ = 0;
 };
 
+// A node's durable_* counters (server/durable_store.h, DurableStore::Stats).
+struct NodeDurableStats {
+  int64_t writes = 0;   // records queued
+  int64_t commits = 0;  // batches written, each with one fsync
+  int64_t reads = 0;    // read-throughs
+  int64_t read_hits = 0;
+  int64_t errors = 0;
+  int64_t pending = 0;     // queued, not yet written
+  int64_t keys = 0;        // RocksDB's estimate of the live keys
+  int64_t disk_bytes = 0;  // SST and WAL files
+};
+
 // The node counters the memory report uses, from one STATS op.
 struct NodeStats {
   int64_t keys = 0;
@@ -68,7 +82,10 @@ struct NodeStats {
   int64_t evictions = 0;
   int64_t frames = 0;     // request frames handled
   int64_t store_ops = 0;  // CHECK, LEASE and RETURN ops answered
+  std::optional<NodeDurableStats> durable;  // when the node has a database
 };
+// Takes one STATS counter into `stats`; false when it is not one NodeStats keeps.
+bool ApplyNodeStat(NodeStats& stats, std::string_view name, int64_t value);
 Result<NodeStats> ReadNodeStats(NodeConnection& connection);
 
 // A limiterd this process started; stopped (SIGTERM) when destroyed.
@@ -103,12 +120,17 @@ struct LocalNodeOptions {
   int64_t max_keys = 0;
   int threads = 0;  // 0: limiterd's default
   std::vector<std::string> extra_args;  // more limiterd flags
+  int start_timeout_ms = 10'000;  // until its "listening" line (a data dir's WAL replays first)
   double cpu_budget = 0;  // > 0: each node limited to this many CPUs (CpuBudget)
   // StartLocalCluster: run node i on CPU i modulo the CPU count (with taskset), so each node
   // has a core of its own where the machine has enough of them.
   bool pin = false;
 };
 Result<LocalNode> StartLocalNode(const LocalNodeOptions& options);
+// Stops a local node as an operator would: SIGTERM, then waits up to `timeout_ms` for it to
+// exit. Its exit status (128 + signal when a signal ended it), or an error when it did not
+// exit in time (it is then killed when `node` is destroyed).
+Result<int> StopLocalNode(LocalNode& node, int timeout_ms);
 
 // `nodes` limiterd processes on 127.0.0.1 forming one cluster (--members, --self). Members
 // must be named before they start, so their ports are picked free beforehand; a port taken

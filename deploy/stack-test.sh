@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The compose stack end to end, as a test: builds the image (deploy/build-image.sh), brings up
-# three nodes and the gateway, checks through the client library (limiterctl check --cluster)
-# and through the gateway, restarts a node under load, and tears everything down, leaving
-# nothing running. Exits non-zero with a message at the first step that does not hold.
+# three nodes and the gateway, checks that each node has a data dir of its own, checks through
+# the client library (limiterctl check --cluster) and through the gateway, restarts a node
+# under load (it keeps its data dir), and tears everything down, leaving nothing running and
+# no volume behind. Exits non-zero with a message at the first step that does not hold.
 #   deploy/stack-test.sh        GATEWAY_PORT (default 18080) is the host port of the gateway
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +15,15 @@ log() { echo "stack-test: $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 
 teardown() {
+  # rm -v: the containers with their anonymous volumes (the image's VOLUME, the nodes' data
+  # dirs), which podman-compose 1.0.3's down leaves behind, with -v too.
+  podman ps -a --format '{{.Names}}' | grep "^${PROJECT}_" | xargs -r podman rm -f -v -t 1 >/dev/null 2>&1 || true
   podman-compose -p "$PROJECT" down >/dev/null 2>&1 || true
-  podman ps -a --format '{{.Names}}' | grep "^${PROJECT}_" | xargs -r podman rm -f >/dev/null 2>&1 || true
   podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+}
+# The volume mounted at the data dir of container $1.
+data_volume() {
+  podman inspect --format '{{range .Mounts}}{{if eq .Destination "/var/lib/limiterd"}}{{.Name}}{{end}}{{end}}' "$1"
 }
 
 start=$(date +%s)
@@ -47,6 +54,21 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 [ "$nodes" -eq 3 ] || fail "after 30 s, $nodes of 3 nodes have the ring: $ring"
+
+# Each node has a data dir of its own (tenant_daily is durable): a volume per container, each
+# holding a RocksDB database (its IDENTITY is made once, when the database is created).
+volumes=()
+for i in 1 2 3; do
+  volume=$(data_volume "${PROJECT}_limiterd_$i")
+  [ -n "$volume" ] || fail "node $i has no volume at /var/lib/limiterd"
+  podman exec "${PROJECT}_limiterd_$i" test -s /var/lib/limiterd/IDENTITY ||
+    fail "node $i has no database in /var/lib/limiterd"
+  volumes+=("$volume")
+done
+[ "$(printf '%s\n' "${volumes[@]}" | sort -u | wc -l)" -eq 3 ] ||
+  fail "the nodes share data volumes: ${volumes[*]}"
+identity=$(podman exec "${PROJECT}_limiterd_2" cat /var/lib/limiterd/IDENTITY)
+log "three data volumes, one database each"
 
 # Through the client library: api_key (burst 200, 100/s) admits its burst and denies the rest.
 check=$(in_gateway "limiterctl check --json --secret-file /run/secrets/limiter_secret \
@@ -103,9 +125,17 @@ for i in $(seq 50); do  # its second life's join line
 done
 [ -n "$joined" ] || fail "node 2 did not join again after its restart"
 log "node 2: ${joined#limiterd: }"
+# It came back to its own database, not a new one.
+[ "$(data_volume "${PROJECT}_limiterd_2")" = "${volumes[1]}" ] ||
+  fail "node 2's data volume changed across its restart"
+[ "$(podman exec "${PROJECT}_limiterd_2" cat /var/lib/limiterd/IDENTITY)" = "$identity" ] ||
+  fail "node 2's database was made anew across its restart"
 
 teardown
 trap - EXIT
 left=$(podman ps -a --format '{{.Names}}' | grep -c "^${PROJECT}_" || true)
 [ "$left" -eq 0 ] || fail "$left containers left after teardown"
+for volume in "${volumes[@]}"; do
+  ! podman volume exists "$volume" || fail "volume $volume left after teardown"
+done
 log "passed in $(( $(date +%s) - start )) s"

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "server/durable_record.h"
 #include "server/policy_clock.h"
 #include "common/protocol.h"
-#include "common/state_transfer.h"
 
 #ifdef LIMITER_WITH_ROCKSDB
 #include <rocksdb/compaction_filter.h>
@@ -51,146 +51,11 @@ Result<std::unique_ptr<DurableStore>> DurableStore::Open(const PolicySet&, const
 
 namespace {
 
-// ----- The record format -----------------------------------------------------------------
-// Key: 'k' + the KeyId (hi, lo), big-endian: one ring slot's keys are adjacent.
-// Value: version u8, algorithm u8, flags u8 (kAbsolute: times on the wall clock as they
-// are), kind u8, written wall ms (8 bytes, little-endian), then as varints: the policy name,
-// the key, the tenant (length, bytes), the field count and the fields (zigzag).
 // Meta keys: 'm' + "format" (the format version, decimal) and 'm' + "seed" (the key-id
-// seed's digest, hex).
-constexpr char kRecordPrefix = 'k';
-constexpr uint8_t kAbsolute = 1;
+// seed's digest, hex). Records are under 'k' (durable_record.h).
 const std::string kFormatKey = "mformat";
 const std::string kSeedKey = "mseed";
 constexpr int64_t kMetaKeys = 2;  // format and seed
-
-std::string RecordKey(const KeyId& id) {
-  std::string k(17, '\0');
-  k[0] = kRecordPrefix;
-  for (int i = 0; i < 8; ++i) {
-    k[1 + static_cast<size_t>(i)] = static_cast<char>(id.hi >> (56 - 8 * i));
-    k[9 + static_cast<size_t>(i)] = static_cast<char>(id.lo >> (56 - 8 * i));
-  }
-  return k;
-}
-
-void PutVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void PutString(std::string& out, std::string_view s) {
-  PutVarint(out, s.size());
-  out.append(s);
-}
-
-struct Record {
-  uint8_t version = 0;
-  Algorithm algorithm = Algorithm::kGcra;
-  uint8_t flags = 0;
-  DurableKeyName::Kind kind = DurableKeyName::kIdOnly;
-  int64_t written_wall_ms = 0;
-  std::string_view policy, key, tenant;
-  std::vector<int64_t> fields;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool Byte(uint8_t& v) {
-    if (pos_ >= in_.size()) return false;
-    v = static_cast<uint8_t>(in_[pos_++]);
-    return true;
-  }
-  bool Fixed64(int64_t& v) {
-    if (in_.size() - pos_ < 8) return false;
-    uint64_t u = 0;
-    for (int i = 7; i >= 0; --i) u = u << 8 | static_cast<uint8_t>(in_[pos_ + static_cast<size_t>(i)]);
-    pos_ += 8;
-    v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool Varint(uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      uint8_t b = 0;
-      if (!Byte(b)) return false;
-      v |= uint64_t{b & 0x7fu} << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  }
-  bool String(std::string_view& s, size_t most) {
-    uint64_t n = 0;
-    if (!Varint(n) || n > most || n > in_.size() - pos_) return false;
-    s = in_.substr(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == in_.size(); }
-
- private:
-  std::string_view in_;
-  size_t pos_ = 0;
-};
-
-// Why a record's bytes are not a record of this format, or nullopt (then *r is filled).
-std::optional<std::string> Decode(std::string_view value, Record* r) {
-  Reader in(value);
-  uint8_t algorithm = 0, kind = 0;
-  if (!in.Byte(r->version)) return "empty record";
-  if (r->version != DurableStore::kFormatVersion) {
-    return "record of format " + std::to_string(r->version) + ", this limiterd reads format " +
-           std::to_string(DurableStore::kFormatVersion);
-  }
-  if (!in.Byte(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
-      !in.Byte(r->flags) || !in.Byte(kind) || kind > DurableKeyName::kIdOnly ||
-      !in.Fixed64(r->written_wall_ms)) {
-    return "malformed record header";
-  }
-  r->algorithm = static_cast<Algorithm>(algorithm);
-  r->kind = static_cast<DurableKeyName::Kind>(kind);
-  uint64_t n = 0;
-  if (!in.String(r->policy, kMaxNameBytes) || !in.String(r->key, kMaxKeyBytes) ||
-      !in.String(r->tenant, kMaxKeyBytes) || !in.Varint(n) || n > value.size()) {
-    return "malformed record names";
-  }
-  r->fields.resize(n);
-  for (int64_t& f : r->fields) {
-    uint64_t z = 0;
-    if (!in.Varint(z)) return "malformed record fields";
-    f = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-  }
-  if (!in.done()) return "trailing bytes in record";
-  return std::nullopt;
-}
-
-// The key's state on the policy's clock reading now (nullopt: fresh), or why the fields are
-// not a state of the policy as it is now.
-Result<std::optional<KeyLimiter>> ImportRecord(const Policy& p, const Record& r, int64_t now_ms,
-                                               int64_t wall_ms) {
-  if (r.flags & kAbsolute) {
-    // A calendar window: its start and count as they are, on the calendar's clock.
-    if (r.fields.size() != 2) return Error{"calendar record: expected 2 fields"};
-    const int64_t start = r.fields[0], count = r.fields[1];
-    const int64_t w = p.rate.window_ms();
-    if (count < 0 || count > p.rate.limit() || start < 0 || start % w != 0) {
-      return Error{"calendar record: field out of range"};
-    }
-    KeyLimiter k(FixedWindow::State{start, count});
-    if (k.IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
-    return std::optional<KeyLimiter>(std::move(k));
-  }
-  // Time went by since the write: as much as the wall clock says, never less than none.
-  const int64_t elapsed = std::max<int64_t>(0, wall_ms - r.written_wall_ms);
-  Result<std::optional<KeyLimiter>> k = ImportState(p.algorithm, p.rate, r.fields, now_ms - elapsed);
-  if (!k) return k;
-  if (*k && (*k)->IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
-  return k;
-}
 
 std::string Hex(uint64_t v) {
   static const char* kDigits = "0123456789abcdef";
@@ -224,16 +89,16 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
   explicit ExpiryFilter(Shared& shared) : shared_(shared) {}
   bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*,
               bool*) const override {
-    if (key.size() != 17 || key[0] != kRecordPrefix) return false;
-    Record r;
-    if (Decode(value.ToStringView(), &r)) return false;  // kept: Read reports it
+    if (key.size() != 17 || key[0] != durable::kRecordPrefix) return false;
+    durable::Record r;
+    if (durable::Decode(value.ToStringView(), &r)) return false;  // kept: Read reports it
     const Policy* p = shared_.Find(r.policy);
     if (p == nullptr || p->algorithm != r.algorithm) {
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     const int64_t wall = shared_.clock.WallMs();
-    Result<std::optional<KeyLimiter>> k = ImportRecord(*p, r, PolicyNowMs(*p, shared_.clock), wall);
+    Result<std::optional<KeyLimiter>> k = durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
     if (k && !*k) {
       shared_.expired.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -258,7 +123,11 @@ class RocksStore final : public DurableStore {
     }
     cv_.notify_all();
     if (committer_.joinable()) committer_.join();
-    if (db_) db_->Close();
+    if (db_) {
+      // The memtable to an SST file: the next start need not replay the WAL.
+      db_->Flush(rocksdb::FlushOptions());
+      db_->Close();
+    }
   }
 
   std::optional<std::string> Start() {
@@ -286,12 +155,12 @@ class RocksStore final : public DurableStore {
   Result<std::optional<KeyLimiter>> Read(int policy, const KeyId& id, int64_t now_ms) override {
     reads_.fetch_add(1, std::memory_order_relaxed);
     std::string value;
-    const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey(id), &value);
+    const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), durable::RecordKey(id), &value);
     if (s.IsNotFound()) return std::optional<KeyLimiter>();
     const Policy& p = shared_.policies.policies()[static_cast<size_t>(policy)];
     if (!s.ok()) return Fail("reading a key of policy '" + p.name + "': " + s.ToString());
-    Record r;
-    if (auto error = Decode(value, &r)) {
+    durable::Record r;
+    if (auto error = durable::Decode(value, &r)) {
       return Fail("a record of policy '" + p.name + "' cannot be read: " + *error);
     }
     if (r.policy != p.name || r.algorithm != p.algorithm) {
@@ -299,7 +168,7 @@ class RocksStore final : public DurableStore {
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return std::optional<KeyLimiter>();
     }
-    Result<std::optional<KeyLimiter>> k = ImportRecord(p, r, now_ms, shared_.clock.WallMs());
+    Result<std::optional<KeyLimiter>> k = durable::Import(p, r, now_ms, shared_.clock.WallMs());
     if (!k) {
       // Out of range for the policy's rate: the rate changed since (a corrupt record fails
       // RocksDB's checksums before it gets here).
@@ -315,53 +184,27 @@ class RocksStore final : public DurableStore {
     const Policy& p = shared_.policies.policies()[static_cast<size_t>(policy)];
     if (state.IsFresh(p.rate, now_ms)) return Erase(id);
     thread_local std::string value;
-    thread_local std::vector<int64_t> fields;
-    fields.clear();
-    const bool absolute = p.calendar != nullptr;
-    if (absolute) {
-      const auto& s = std::get<FixedWindow::State>(state.state());
-      fields = {s.window_start_ms, s.count};
-    } else {
-      ExportState(state, now_ms, fields);
-    }
-    value.clear();
-    value.push_back(static_cast<char>(kFormatVersion));
-    value.push_back(static_cast<char>(p.algorithm));
-    value.push_back(static_cast<char>(absolute ? kAbsolute : 0));
-    value.push_back(static_cast<char>(name.kind));
-    const uint64_t wall = static_cast<uint64_t>(shared_.clock.WallMs());
-    for (int i = 0; i < 8; ++i) value.push_back(static_cast<char>(wall >> (8 * i)));
-    PutString(value, p.name);
-    PutString(value, name.key);
-    PutString(value, name.tenant);
-    PutVarint(value, fields.size());
-    for (int64_t f : fields) {
-      PutVarint(value, (static_cast<uint64_t>(f) << 1) ^ static_cast<uint64_t>(f >> 63));
-    }
-    const std::string key = RecordKey(id);
+    durable::Encode(p, name, state, now_ms, shared_.clock.WallMs(), value);
     std::lock_guard lock(mu_);
-    batch_.Put(key, value);
+    pending_[id].assign(value);
     return Queued();
   }
 
   uint64_t Erase(const KeyId& id) override {
-    const std::string key = RecordKey(id);
     std::lock_guard lock(mu_);
-    batch_.Delete(key);
+    pending_[id].clear();  // empty: a delete
     return Queued();
   }
 
   bool Synced(uint64_t seq) const override {
-    return options_.mode == DurabilityMode::kInterval ||
-           seq <= committed_.load(std::memory_order_acquire);
+    return Needed(seq) <= committed_.load(std::memory_order_acquire);
   }
 
   void WhenSynced(uint64_t seq, std::function<void()> done) override {
     {
       std::lock_guard lock(mu_);
-      if (seq > committed_.load(std::memory_order_relaxed) &&
-          options_.mode == DurabilityMode::kSync) {
-        waiters_.emplace_back(seq, std::move(done));
+      if (Needed(seq) > committed_.load(std::memory_order_relaxed)) {
+        waiters_.emplace_back(Needed(seq), std::move(done));
         return;
       }
     }
@@ -371,12 +214,12 @@ class RocksStore final : public DurableStore {
   void WaitSynced(uint64_t seq) override {
     if (Synced(seq)) return;
     std::unique_lock lock(mu_);
-    synced_cv_.wait(lock, [&] { return committed_.load() >= seq || stop_; });
+    synced_cv_.wait(lock, [&] { return committed_.load() >= Needed(seq) || stop_; });
   }
 
   void Flush() override {
     std::unique_lock lock(mu_);
-    const uint64_t target = batch_ops_ > 0 ? open_seq_ : open_seq_ - 1;
+    const uint64_t target = pending_.empty() ? open_seq_ - 1 : open_seq_;
     flush_ = true;
     cv_.notify_all();
     synced_cv_.wait(lock, [&] { return committed_.load() >= target || stop_; });
@@ -396,7 +239,7 @@ class RocksStore final : public DurableStore {
     s.expired = shared_.expired.load(std::memory_order_relaxed);
     {
       std::lock_guard lock(mu_);
-      s.pending = batch_ops_;
+      s.pending = static_cast<int64_t>(pending_.size());
     }
     uint64_t keys = 0;
     if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
@@ -428,10 +271,18 @@ class RocksStore final : public DurableStore {
     return Error{"durable store '" + options_.data_dir + "': " + what};
   }
 
+  // The batch a reply to a write queued in batch `seq` must wait for. Sync: that batch. Interval:
+  // the one before it: a reply waits only while the committer is still writing an earlier
+  // batch, which bounds what is queued (and what a crash can take) to about two intervals'
+  // worth, however fast writes come.
+  uint64_t Needed(uint64_t seq) const {
+    return options_.mode == DurabilityMode::kSync ? seq : seq - 1;
+  }
+
   // With mu_ held: one more record in the open batch, whose sequence number it returns.
   uint64_t Queued() {
     writes_.fetch_add(1, std::memory_order_relaxed);
-    if (batch_ops_++ == 0) cv_.notify_one();
+    if (pending_.size() == 1) cv_.notify_one();
     return open_seq_;
   }
 
@@ -468,10 +319,10 @@ class RocksStore final : public DurableStore {
     int64_t moved = 0, dropped = 0;
     if (s.ok()) {
       std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-      for (it->Seek(std::string(1, kRecordPrefix)); it->Valid() && it->key()[0] == kRecordPrefix;
+      for (it->Seek(std::string(1, durable::kRecordPrefix)); it->Valid() && it->key()[0] == durable::kRecordPrefix;
            it->Next()) {
-        Record r;
-        if (auto error = Decode(it->value().ToStringView(), &r)) {
+        durable::Record r;
+        if (auto error = durable::Decode(it->value().ToStringView(), &r)) {
           return "a record cannot be read while moving to a new key-id seed: " + *error;
         }
         const Policy* p = shared_.Find(r.policy);
@@ -482,7 +333,7 @@ class RocksStore final : public DurableStore {
         }
         const KeyId id = r.kind == DurableKeyName::kLimit ? protocol::LimitId(*p, r.key, r.tenant)
                                                           : protocol::AncestorId(*p, r.key);
-        batch.Put(RecordKey(id), it->value());
+        batch.Put(durable::RecordKey(id), it->value());
         ++moved;
       }
       if (!it->status().ok()) return "cannot read its records: " + it->status().ToString();
@@ -509,21 +360,29 @@ class RocksStore final : public DurableStore {
     int64_t failures = 0;
     for (;;) {
       if (options_.mode == DurabilityMode::kSync) {
-        cv_.wait(lock, [&] { return stop_ || batch_ops_ > 0; });
+        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       } else {
         cv_.wait_for(lock, interval, [&] { return stop_ || flush_; });
       }
       flush_ = false;
-      if (batch_ops_ == 0) {
+      if (pending_.empty()) {
         synced_cv_.notify_all();
         if (stop_) return;
         continue;
       }
-      rocksdb::WriteBatch batch;
-      std::swap(batch, batch_);
+      Pending taken;
+      std::swap(taken, pending_);
       const uint64_t seq = open_seq_++;
-      batch_ops_ = 0;
       lock.unlock();
+      rocksdb::WriteBatch batch;
+      for (const auto& [id, value] : taken) {
+        if (value.empty()) {
+          batch.Delete(durable::RecordKey(id));
+        } else {
+          batch.Put(durable::RecordKey(id), value);
+        }
+      }
+      taken.clear();
       rocksdb::WriteOptions w;
       w.sync = true;
       rocksdb::Status s = db_->Write(w, &batch);
@@ -562,8 +421,10 @@ class RocksStore final : public DurableStore {
   mutable std::mutex mu_;
   std::condition_variable cv_;         // the committer waits for work
   std::condition_variable synced_cv_;  // WaitSynced and Flush wait for a commit
-  rocksdb::WriteBatch batch_;          // guarded by mu_
-  int64_t batch_ops_ = 0;              // guarded by mu_
+  // The batch being filled: each key's last record (empty: a delete), so that a key written
+  // many times between two commits is written once.
+  using Pending = std::unordered_map<KeyId, std::string, KeyIdHash>;
+  Pending pending_;                    // guarded by mu_
   uint64_t open_seq_ = 1;              // the batch being filled; guarded by mu_
   bool flush_ = false;                 // guarded by mu_
   bool stop_ = false;                  // guarded by mu_

@@ -45,6 +45,7 @@
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "common/result.h"
+#include "server/durable_record.h"
 
 namespace limiter {
 
@@ -58,18 +59,10 @@ struct DurableOptions {
   int64_t interval_ms = 100;  // kInterval: how often what was queued is written and synced
 };
 
-// Who a record belongs to: the strings its KeyId was made from.
-struct DurableKeyName {
-  enum Kind : uint8_t { kLimit = 0, kAncestor = 1, kIdOnly = 2 };
-  Kind kind = kIdOnly;      // kIdOnly: handed over by id, strings unknown
-  std::string_view key;     // kLimit: the key; kAncestor: the tenant
-  std::string_view tenant;  // kLimit: the request's tenant (may be empty)
-};
-
 class DurableStore {
  public:
   // The format this build reads and writes (records and the database's meta).
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = durable::kFormatVersion;
 
   // Opens the database in options.data_dir, making it if the directory holds none. Records
   // written under another key-id seed are moved to this one's ids (those handed over by id
@@ -112,7 +105,7 @@ class DurableStore {
     int64_t dropped = 0;         // records of a policy gone or changed, or not re-keyable
     int64_t expired = 0;         // fresh records dropped at compaction
     int64_t pending = 0;         // records queued, not yet written
-    int64_t live_keys = 0;       // RocksDB's estimate
+    int64_t live_keys = 0;       // RocksDB's estimate (counts overwrites not yet compacted)
     int64_t disk_bytes = 0;      // SST and WAL files
   };
   virtual Stats stats() const = 0;

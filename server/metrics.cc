@@ -134,7 +134,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
     out.emplace_back("durable_dropped", d.dropped);
     out.emplace_back("durable_expired", d.expired);
     out.emplace_back("durable_pending", d.pending);
-    out.emplace_back("durable_keys", d.live_keys);
+    out.emplace_back("durable_records_estimate", d.live_keys);
     out.emplace_back("durable_disk_bytes", d.disk_bytes);
   }
   if (regions_) {
@@ -288,8 +288,9 @@ std::string Node::RenderMetrics() {
        "Records dropped at compaction because their key was fresh again."},
       {"limiter_durable_pending", "durable_pending", "gauge",
        "Changes queued and not yet written."},
-      {"limiter_durable_keys", "durable_keys", "gauge",
-       "Records in the database (RocksDB's estimate)."},
+      {"limiter_durable_records_estimate", "durable_records_estimate", "gauge",
+       "Records in the database, RocksDB's estimate: it counts overwrites and deletes not yet "
+       "compacted, so it runs above the live keys between compactions."},
       {"limiter_durable_disk_bytes", "durable_disk_bytes", "gauge",
        "Bytes of the database's SST and WAL files."},
   };

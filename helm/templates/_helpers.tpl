@@ -78,6 +78,16 @@ app.kubernetes.io/component: node
 {{- define "limiter.configDir" -}}/etc/limiter{{- end }}
 {{- define "limiter.secretDir" -}}/var/run/limiter/secret{{- end }}
 {{- define "limiter.tlsDir" -}}/var/run/limiter/tls{{- end }}
+{{- define "limiter.dataDir" -}}/var/lib/limiterd{{- end }}
+
+{{/* config.durability, checked: sync or interval. */}}
+{{- define "limiter.durability" -}}
+{{- $mode := toString .Values.config.durability | trim }}
+{{- if not (has $mode (list "sync" "interval")) }}
+{{- fail (printf "limiter: config.durability must be sync or interval; got '%s'" $mode) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
 
 {{- define "limiter.tlsSecretName" -}}
 {{- required "limiter: tls.enabled needs tls.secretName (a kubernetes.io/tls Secret that also holds ca.crt)" .Values.tls.secretName }}

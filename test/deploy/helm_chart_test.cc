@@ -6,7 +6,8 @@
 // limiterd's own loaders, so a field the chart writes wrongly fails here, not in a cluster.
 // The drain on the way out: handoff_deadline, a grace period that holds it, and the preStop
 // hook, whose script is run against a stand-in for the admin port. docker-compose.yml's grace
-// period is checked against its nodes' config too.
+// period is checked against its nodes' config too. The data dir (durable policies' keys): a
+// writable volume at data_dir, an emptyDir or a claim per pod (persistence.enabled).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
@@ -530,7 +531,10 @@ TEST_F(HelmChart, SecretIsMountedWhereSecretFilePoints) {
     EXPECT_TRUE(secret["data"][SecretKeyFor(volume, Base(secret_file))].IsDefined())
         << "the Secret has no key for " << secret_file;
     for (const YAML::Node& mount : v.container["volumeMounts"]) {
-      EXPECT_TRUE(mount["readOnly"].as<bool>()) << mount;
+      // All read-only but the data dir, the one place a node writes.
+      EXPECT_EQ(mount["readOnly"].as<bool>(false),
+                mount["mountPath"].as<std::string>() != v.config["data_dir"].as<std::string>(""))
+          << mount;
       EXPECT_FALSE(mount["subPath"].IsDefined()) << "a subPath mount never sees a rotation";
     }
     // The bench reads the secret the same way.
@@ -950,35 +954,197 @@ TEST_F(HelmChart, PreStopHookLeavesANodeWithoutDrainToTheSigterm) {
   EXPECT_LT(run.seconds, 2.0);
 }
 
-// docker-compose.yml: the nodes' stop_grace_period holds the hand-off of the config compose
-// mounts for them. (Not the chart, but a deployment all the same; no helm needed.)
-TEST(Compose, StopGracePeriodHoldsTheHandoff) {
+// --- The data dir: durable policies' keys, in RocksDB under data_dir. ---
+
+// The volume mounted, writable, at exactly `dir` in the node container: a pod volume, or a
+// claim template of the StatefulSet of that name (Kubernetes adds the pod's volume for it).
+struct DataVolume {
+  std::optional<YAML::Node> pod_volume, claim;
+};
+
+DataVolume DataVolumeAt(const NodeConfigView& v, const std::string& dir) {
+  DataVolume found;
+  std::string name;
+  for (const YAML::Node& m : v.container["volumeMounts"]) {
+    if (m["mountPath"].as<std::string>() != dir) continue;
+    EXPECT_TRUE(name.empty()) << "two volumes mounted at " << dir;
+    name = m["name"].as<std::string>();
+    EXPECT_FALSE(m["readOnly"].as<bool>(false)) << "the data dir is mounted read-only";
+    EXPECT_FALSE(m["subPath"].IsDefined()) << m;
+  }
+  EXPECT_FALSE(name.empty()) << "nothing is mounted at " << dir;
+  for (const YAML::Node& vol : v.pod_spec["volumes"]) {
+    if (vol["name"].as<std::string>() == name) found.pod_volume = vol;
+  }
+  for (const YAML::Node& t : v.statefulset["spec"]["volumeClaimTemplates"]) {
+    if (t["metadata"]["name"].as<std::string>() == name) found.claim = t;
+  }
+  // Both would make Kubernetes refuse the StatefulSet.
+  EXPECT_NE(found.pod_volume.has_value(), found.claim.has_value())
+      << "volume " << name << ": a pod volume " << (found.pod_volume ? "and" : "nor")
+      << " a claim template";
+  return found;
+}
+
+TEST_F(HelmChart, DataDirIsAnEmptyDirWithoutPersistence) {
+  for (const auto& [what, m] : Both()) {
+    SCOPED_TRACE(what);
+    const NodeConfigView v = View(m);
+    const std::string data_dir = v.config["data_dir"].as<std::string>("");
+    EXPECT_EQ(data_dir, "/var/lib/limiterd");
+    const DataVolume volume = DataVolumeAt(v, data_dir);
+    ASSERT_TRUE(volume.pod_volume);
+    EXPECT_TRUE((*volume.pod_volume)["emptyDir"].IsDefined()) << *volume.pod_volume;
+    EXPECT_FALSE(v.statefulset["spec"]["volumeClaimTemplates"].IsDefined());
+    // The volume belongs to the node's group: writable by uid 65532 on a read-only root.
+    EXPECT_EQ(v.pod_spec["securityContext"]["fsGroup"].as<int>(0), 65532);
+    Result<NodeConfig> config = LoadRendered(v, "emptydir");
+    ASSERT_TRUE(config) << config.error();
+    EXPECT_EQ(config->durable.data_dir, data_dir);
+    EXPECT_EQ(config->durable.mode, DurabilityMode::kSync);
+    EXPECT_EQ(config->durable.interval_ms, 100);
+  }
+}
+
+TEST_F(HelmChart, DataDirIsAClaimPerPodWithPersistence) {
+  struct Case {
+    std::vector<std::string> values;
+    std::string size;
+    std::optional<std::string> storage_class;  // nullopt: no storageClassName (the default)
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, "1Gi", std::nullopt},
+           {{"--set", "persistence.size=5Gi", "--set", "persistence.storageClass=fast"},
+            "5Gi",
+            "fast"},
+           {{"--set", "persistence.storageClass=-"}, "1Gi", ""}}) {  // "-": no class at all
+    std::vector<std::string> args = {"--set", std::string("secret.value=") + kSecret, "--set",
+                                     "persistence.enabled=true"};
+    args.insert(args.end(), c.values.begin(), c.values.end());
+    SCOPED_TRACE(::testing::PrintToString(args));
+    Output run = Template(args);
+    ASSERT_EQ(run.status, 0) << run.err;
+    const Manifests m = Manifests::Parse(run.out);
+    const NodeConfigView v = View(m);
+    const std::string data_dir = v.config["data_dir"].as<std::string>("");
+    EXPECT_EQ(data_dir, "/var/lib/limiterd");
+    const DataVolume volume = DataVolumeAt(v, data_dir);
+    ASSERT_TRUE(volume.claim) << YAML::Dump(v.statefulset["spec"]);
+    const YAML::Node claim = *volume.claim;
+    const YAML::Node spec = claim["spec"];
+    ASSERT_EQ(spec["accessModes"].size(), 1u);
+    EXPECT_EQ(spec["accessModes"][0].as<std::string>(), "ReadWriteOnce");
+    EXPECT_EQ(spec["resources"]["requests"]["storage"].as<std::string>(""), c.size);
+    if (c.storage_class) {
+      EXPECT_EQ(spec["storageClassName"].as<std::string>("<none>"), *c.storage_class);
+    } else {
+      EXPECT_FALSE(spec["storageClassName"].IsDefined()) << spec;
+    }
+    // The claims carry the nodes' labels (kubectl get pvc -l ...).
+    EXPECT_TRUE(Selects(v.statefulset["spec"]["selector"]["matchLabels"],
+                        claim["metadata"]["labels"]));
+    EXPECT_EQ(v.pod_spec["securityContext"]["fsGroup"].as<int>(0), 65532);
+    Result<NodeConfig> config = LoadRendered(v, "claim");
+    ASSERT_TRUE(config) << config.error();
+    EXPECT_EQ(config->durable.data_dir, data_dir);
+  }
+  Output lint = Helm({"lint", "--strict", kChartDir, "--set",
+                      std::string("secret.value=") + kSecret, "--set", "persistence.enabled=true"});
+  EXPECT_EQ(lint.status, 0) << lint.out << lint.err;
+}
+
+TEST_F(HelmChart, DurabilityReachesTheNodeConfig) {
+  Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set",
+                         "config.durability=interval", "--set", "config.syncInterval=250ms"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  Result<NodeConfig> config = LoadRendered(View(Manifests::Parse(run.out)), "durability");
+  ASSERT_TRUE(config) << config.error();
+  EXPECT_EQ(config->durable.mode, DurabilityMode::kInterval);
+  EXPECT_EQ(config->durable.interval_ms, 250);
+
+  Output bad = Template({"--set", std::string("secret.value=") + kSecret, "--set",
+                         "config.durability=fast"});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("config.durability must be sync or interval; got 'fast'"),
+            std::string::npos)
+      << bad.err;
+  // The chart sets data_dir: config.extra must not repeat it.
+  Output extra = Template({"--set", std::string("secret.value=") + kSecret, "--set",
+                           "config.extra.data_dir=/tmp"});
+  EXPECT_NE(extra.status, 0);
+  EXPECT_NE(extra.err.find("config.extra.data_dir is set by the chart"), std::string::npos)
+      << extra.err;
+}
+
+// docker-compose.yml's limiterd service and the host file of the config its --config names
+// (by the volume mounted there). Not the chart, but a deployment all the same; no helm needed.
+struct ComposeNode {
+  YAML::Node service;
+  fs::path config_file;
+};
+
+void LoadComposeNode(ComposeNode* out) {
   const fs::path root = LIMITER_SOURCE_DIR;
   const YAML::Node compose = YAML::LoadFile((root / "docker-compose.yml").string());
-  const YAML::Node node = compose["services"]["limiterd"];
-  ASSERT_TRUE(node.IsMap());
-  const std::optional<int64_t> grace_ms =
-      ParseDurationMs(node["stop_grace_period"].as<std::string>(""));
-  ASSERT_TRUE(grace_ms.has_value()) << "no stop_grace_period on the limiterd service";
-  // The config file --config names, by the volume mounted there.
+  out->service = compose["services"]["limiterd"];
+  ASSERT_TRUE(out->service.IsMap());
   std::string config_path;
-  const YAML::Node command = node["command"];
+  const YAML::Node command = out->service["command"];
   for (size_t i = 0; i + 1 < command.size(); ++i) {
     if (command[i].as<std::string>() == "--config") config_path = command[i + 1].as<std::string>();
   }
   ASSERT_FALSE(config_path.empty()) << YAML::Dump(command);
   std::string host_file;
-  for (const YAML::Node& volume : node["volumes"]) {
+  for (const YAML::Node& volume : out->service["volumes"]) {
     const std::string spec = volume.as<std::string>();
     const size_t colon = spec.find(':');
     const std::string target = spec.substr(colon + 1, spec.find(':', colon + 1) - colon - 1);
     if (colon != std::string::npos && target == config_path) host_file = spec.substr(0, colon);
   }
   ASSERT_FALSE(host_file.empty()) << "nothing is mounted at " << config_path;
-  Result<NodeConfig> config = LoadNodeConfig((root / host_file).lexically_normal().string());
+  out->config_file = (root / host_file).lexically_normal();
+}
+
+// The nodes' stop_grace_period holds the hand-off of their config.
+TEST(Compose, StopGracePeriodHoldsTheHandoff) {
+  ComposeNode node;
+  ASSERT_NO_FATAL_FAILURE(LoadComposeNode(&node));
+  const std::optional<int64_t> grace_ms =
+      ParseDurationMs(node.service["stop_grace_period"].as<std::string>(""));
+  ASSERT_TRUE(grace_ms.has_value()) << "no stop_grace_period on the limiterd service";
+  Result<NodeConfig> config = LoadNodeConfig(node.config_file.string());
   ASSERT_TRUE(config) << config.error();
   EXPECT_GT(config->node.handoff_deadline_ms, 0) << "the hand-off is off in compose";
   EXPECT_GE(*grace_ms, config->node.handoff_deadline_ms + 5'000);
+}
+
+// Each of the three replicas has a data dir of its own: the image's VOLUME (an anonymous
+// volume per container), and no volume of the compose file over it, which would be one
+// volume for all three (podman-compose 1.0.3 makes even `- /var/lib/limiterd` a named one)
+// and RocksDB lets one process open it. The image's standalone config uses the VOLUME too.
+TEST(Compose, EachNodeHasADataDirOfItsOwn) {
+  ComposeNode node;
+  ASSERT_NO_FATAL_FAILURE(LoadComposeNode(&node));
+  Result<NodeConfig> config = LoadNodeConfig(node.config_file.string());
+  ASSERT_TRUE(config) << config.error();
+  const std::string data_dir = config->durable.data_dir;
+  EXPECT_EQ(data_dir, "/var/lib/limiterd");
+  for (const YAML::Node& volume : node.service["volumes"]) {
+    const std::string spec = volume.IsMap() ? volume["target"].as<std::string>("")
+                                            : volume.as<std::string>();
+    EXPECT_EQ(spec.find(data_dir), std::string::npos)
+        << "a compose volume at the data dir is shared by the replicas: " << spec;
+  }
+  const fs::path root = LIMITER_SOURCE_DIR;
+  std::ifstream dockerfile(root / "Dockerfile");
+  std::vector<std::string> volumes;
+  for (std::string line; std::getline(dockerfile, line);) {
+    if (line.rfind("VOLUME ", 0) == 0) volumes.push_back(line.substr(7));
+  }
+  EXPECT_EQ(volumes, std::vector<std::string>{data_dir});
+  Result<NodeConfig> standalone = LoadNodeConfig((root / "deploy/limiterd.yaml").string());
+  ASSERT_TRUE(standalone) << standalone.error();
+  EXPECT_EQ(standalone->durable.data_dir, data_dir);
 }
 
 }  // namespace

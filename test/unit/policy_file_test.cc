@@ -66,6 +66,7 @@ TEST(PolicyFile, LoadsTheBundledExampleWithEveryClassAndSetting) {
   const Policy* daily = r->Find("tenant_daily");
   ASSERT_NE(daily, nullptr);
   EXPECT_TRUE(daily->durable);
+  EXPECT_NE(daily->calendar, nullptr);
   EXPECT_EQ(daily->rate.window_ms(), 86'400'000);
   const Policy* capacity = r->Find("search_capacity");
   ASSERT_NE(capacity, nullptr);
