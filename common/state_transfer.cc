@@ -1,5 +1,6 @@
 #include "common/state_transfer.h"
 
+#include <algorithm>
 #include <string>
 
 namespace limiter {
@@ -93,8 +94,24 @@ Imported ImportLog(const Rate& rate, Fields f, int64_t now) {
 
 }  // namespace
 
+// The latest time the state itself holds (GCRA's TAT is a future time, not one it was at).
+int64_t StateTime(const KeyLimiter& state) {
+  struct Latest {
+    int64_t operator()(const FixedWindow::State& s) { return s.window_start_ms; }
+    int64_t operator()(const SlidingWindow::State& s) { return s.window_start_ms; }
+    int64_t operator()(const TokenBucket::State& s) { return s.last_ms; }
+    int64_t operator()(const Gcra::State&) { return INT64_MIN; }
+    int64_t operator()(const LeakyBucket::State& s) { return s.last_ms; }
+    int64_t operator()(const SlidingLog::State& s) { return s.seen_ms; }
+  };
+  return std::visit(Latest{}, state.state());
+}
+
 void ExportState(const KeyLimiter& state, int64_t now_ms, std::vector<int64_t>& out) {
-  std::visit(Exporter{now_ms, out}, state.state());
+  // A state can be ahead of now_ms: another thread with a later clock reading moved it on (a
+  // key's time never runs backwards). Its times are written from its own then, so that no
+  // offset is positive; the reader takes the state as read a moment later.
+  std::visit(Exporter{std::max(now_ms, StateTime(state)), out}, state.state());
 }
 
 Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& rate,

@@ -21,8 +21,10 @@
 
 namespace limiter {
 
-// Appends the state's fields (offsets from now_ms for times). Precondition: the state is not
-// fresh at now_ms (a fresh key carries nothing and is not sent).
+// Appends the state's fields: offsets from now_ms for times, or from the state's own latest
+// time when that is later (another thread moved the key on past now_ms), so that no offset
+// is positive. Precondition: the state is not fresh at now_ms (a fresh key carries nothing and
+// is not sent).
 void ExportState(const KeyLimiter& state, int64_t now_ms, std::vector<int64_t>& out);
 
 // The state the fields describe, on a node whose clock reads now_ms; nullopt when it is

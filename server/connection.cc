@@ -1,6 +1,7 @@
 #include "server/connection.h"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -188,17 +189,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
         closing_ = true;
         break;
       }
+      const size_t reply_start = pending_.size();
       if (set_.node_.HandleFrame(set_.worker_, session_, frame.body, pending_) ==
           Node::AfterFrame::kClose) {
         closing_ = true;
       }
+      if (const uint64_t seq = Node::TakeSyncNeeded(set_.worker_); seq != 0) {
+        held_.push_back({reply_start, seq});
+      }
       in_.Consume(frame.consumed);
       handled = true;
     }
-    if (handled) {
-      frame_started_ = now;  // what is left began in this read
-      sync_needed_ = std::max(sync_needed_, Node::TakeSyncNeeded(set_.worker_));
-    }
+    if (handled) frame_started_ = now;  // what is left began in this read
     // A buffer grown for a large frame leaves with it.
     if (in_.size() == 0 && EmptyBufferBytes(in_) > kMaxReadBytes) in_ = ReadBuffer();
     Write();
@@ -210,10 +212,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!writing_ && closing_) Close();
       return;
     }
-    if (sync_needed_ != 0 && !DurableSynced()) return;
+    const size_t ready = Sendable();
+    if (ready == 0) return;
     writing_ = true;
-    out_.swap(pending_);
-    pending_.clear();
+    if (ready == pending_.size()) {
+      out_.swap(pending_);
+      pending_.clear();
+    } else {
+      // The replies before the first one still waiting for its sync go now; the rest wait.
+      out_.assign(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(ready));
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(ready));
+      for (Held& h : held_) h.start -= ready;
+    }
     if (ssl_) {
       out_sent_ = 0;
       TlsWrite();
@@ -225,17 +235,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       });
   }
 
-  // Whether the replies in pending_ may go: their durable changes are synced. If not, a
-  // wake-up is registered that calls Write again on this worker's thread.
-  bool DurableSynced() {
+  // How many bytes of pending_ may go: up to the first reply whose frame's durable changes are
+  // not synced yet (sync durability). If that is none, a wake-up is registered that calls
+  // Write again on this worker's thread once that frame's batch is synced.
+  size_t Sendable() {
+    if (held_.empty()) return pending_.size();
     DurableStore& durable = *set_.node_.durable();
-    if (durable.Synced(sync_needed_)) {
-      sync_needed_ = 0;
-      return true;
-    }
+    while (!held_.empty() && durable.Synced(held_.front().seq)) held_.pop_front();
+    if (held_.empty()) return pending_.size();
+    if (held_.front().start > 0) return held_.front().start;
     if (!sync_waiting_) {
       sync_waiting_ = true;
-      durable.WhenSynced(sync_needed_, [weak = weak_from_this(), ex = socket_.get_executor()] {
+      durable.WhenSynced(held_.front().seq, [weak = weak_from_this(), ex = socket_.get_executor()] {
         asio::post(ex, [weak] {
           if (auto self = weak.lock()) {
             self->sync_waiting_ = false;
@@ -244,7 +255,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         });
       });
     }
-    return false;
+    return 0;
   }
 
   void OnWritten(const asio::error_code& ec) {
@@ -419,9 +430,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool writing_ = false;
   bool closing_ = false;
-  // Sync durability: the durable batch the replies in pending_ wait for (0: none), and
-  // whether a wake-up for it is registered.
-  uint64_t sync_needed_ = 0;
+  // Sync durability: the replies in pending_ from `start` on wait for batch `seq` (one entry per
+  // frame that wrote durable keys, in order), and whether a wake-up is registered. Replies
+  // before the first waiting one are sent; memory-only frames after it wait only because
+  // replies go in order.
+  struct Held {
+    size_t start;
+    uint64_t seq;
+  };
+  std::deque<Held> held_;
   bool sync_waiting_ = false;
   bool releasing_ = false;  // the read in flight was cancelled to free its buffer
   bool handshaking_ = false;  // TLS: the handshake has begun and not ended

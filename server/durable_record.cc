@@ -75,6 +75,16 @@ std::string RecordKey(const KeyId& id) {
 }
 
 
+std::optional<KeyId> IdOfRecordKey(std::string_view key) {
+  if (key.size() != 17 || key[0] != kRecordPrefix) return std::nullopt;
+  KeyId id;
+  for (size_t i = 0; i < 8; ++i) {
+    id.hi = id.hi << 8 | static_cast<uint8_t>(key[1 + i]);
+    id.lo = id.lo << 8 | static_cast<uint8_t>(key[9 + i]);
+  }
+  return id;
+}
+
 void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state, int64_t now_ms,
             int64_t wall_ms, std::string& out) {
   thread_local std::vector<int64_t> fields;
@@ -134,6 +144,9 @@ std::optional<std::string> Decode(std::string_view value, Record* r) {
 
 Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64_t now_ms,
                                          int64_t wall_ms) {
+  if (((r.flags & kAbsolute) != 0) != (p.calendar != nullptr)) {
+    return Error{"the policy's align: calendar changed since the record was written"};
+  }
   if (r.flags & kAbsolute) {
     // A calendar window: its start and count as they are, on the calendar's clock.
     if (r.fields.size() != 2) return Error{"calendar record: expected 2 fields"};

@@ -47,6 +47,8 @@ struct Record {
 };
 
 std::string RecordKey(const KeyId& id);
+// The id of a record's key; nullopt when the bytes are not a record's key.
+std::optional<KeyId> IdOfRecordKey(std::string_view key);
 // The record of a (non-fresh) state of policy p, written at now_ms on the policy's clock and
 // wall_ms on the wall clock, into out.
 void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state, int64_t now_ms,

@@ -17,6 +17,7 @@
 #include "common/protocol.h"
 
 #ifdef LIMITER_WITH_ROCKSDB
+#include <absl/container/flat_hash_map.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -56,6 +57,8 @@ namespace {
 const std::string kFormatKey = "mformat";
 const std::string kSeedKey = "mseed";
 constexpr int64_t kMetaKeys = 2;  // format and seed
+// Interval mode: records one batch may hold before the replies of further writes wait for it.
+constexpr size_t kMaxPending = 100'000;
 
 std::string Hex(uint64_t v) {
   static const char* kDigits = "0123456789abcdef";
@@ -99,7 +102,11 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
     }
     const int64_t wall = shared_.clock.WallMs();
     Result<std::optional<KeyLimiter>> k = durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
-    if (k && !*k) {
+    if (!k) {  // the policy changed what the key means (its rate, its calendar)
+      shared_.dropped.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (!*k) {
       shared_.expired.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -196,15 +203,35 @@ class RocksStore final : public DurableStore {
     return Queued();
   }
 
+  void ForEach(const std::function<bool(const KeyId&)>& pick,
+               const std::function<void(const KeyId&, int, const KeyLimiter&)>& visit) override {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    const int64_t wall = shared_.clock.WallMs();
+    for (it->Seek(std::string(1, durable::kRecordPrefix));
+         it->Valid() && it->key()[0] == durable::kRecordPrefix; it->Next()) {
+      const std::optional<KeyId> id = durable::IdOfRecordKey(it->key().ToStringView());
+      if (!id || !pick(*id)) continue;
+      durable::Record r;
+      if (durable::Decode(it->value().ToStringView(), &r)) continue;
+      const auto found = shared_.index.find(r.policy);
+      if (found == shared_.index.end()) continue;
+      const Policy& p = shared_.policies.policies()[static_cast<size_t>(found->second)];
+      if (p.algorithm != r.algorithm) continue;
+      Result<std::optional<KeyLimiter>> k =
+          durable::Import(p, r, PolicyNowMs(p, shared_.clock), wall);
+      if (k && *k) visit(*id, found->second, **k);
+    }
+  }
+
   bool Synced(uint64_t seq) const override {
-    return Needed(seq) <= committed_.load(std::memory_order_acquire);
+    return seq <= committed_.load(std::memory_order_acquire);
   }
 
   void WhenSynced(uint64_t seq, std::function<void()> done) override {
     {
       std::lock_guard lock(mu_);
-      if (Needed(seq) > committed_.load(std::memory_order_relaxed)) {
-        waiters_.emplace_back(Needed(seq), std::move(done));
+      if (seq > committed_.load(std::memory_order_relaxed)) {
+        waiters_.emplace_back(seq, std::move(done));
         return;
       }
     }
@@ -214,7 +241,7 @@ class RocksStore final : public DurableStore {
   void WaitSynced(uint64_t seq) override {
     if (Synced(seq)) return;
     std::unique_lock lock(mu_);
-    synced_cv_.wait(lock, [&] { return committed_.load() >= Needed(seq) || stop_; });
+    synced_cv_.wait(lock, [&] { return committed_.load() >= seq || stop_; });
   }
 
   void Flush() override {
@@ -271,18 +298,27 @@ class RocksStore final : public DurableStore {
     return Error{"durable store '" + options_.data_dir + "': " + what};
   }
 
-  // The batch a reply to a write queued in batch `seq` must wait for. Sync: that batch. Interval:
-  // the one before it: a reply waits only while the committer is still writing an earlier
-  // batch, which bounds what is queued (and what a crash can take) to about two intervals'
-  // worth, however fast writes come.
-  uint64_t Needed(uint64_t seq) const {
-    return options_.mode == DurabilityMode::kSync ? seq : seq - 1;
+  bool Stopping() {
+    std::lock_guard lock(mu_);
+    return stop_;
   }
 
-  // With mu_ held: one more record in the open batch, whose sequence number it returns.
+  // With mu_ held: one more record in the open batch. Returns the batch the write's reply must
+  // wait for: sync, always this one; interval, none (0), unless the batch holds kMaxPending
+  // records already (the disk is behind): then the reply waits for it, and the committer is
+  // told to write it now. So what is queued, and what a crash can take, stays bounded however
+  // fast writes come.
   uint64_t Queued() {
     writes_.fetch_add(1, std::memory_order_relaxed);
-    if (pending_.size() == 1) cv_.notify_one();
+    if (options_.mode == DurabilityMode::kSync) {
+      if (pending_.size() == 1) cv_.notify_one();
+      return open_seq_;
+    }
+    if (pending_.size() < kMaxPending) return 0;
+    if (!flush_) {
+      flush_ = true;
+      cv_.notify_one();
+    }
     return open_seq_;
   }
 
@@ -370,10 +406,11 @@ class RocksStore final : public DurableStore {
         if (stop_) return;
         continue;
       }
-      Pending taken;
+      Pending taken = std::move(spare_);  // empty, its buckets kept
       std::swap(taken, pending_);
       const uint64_t seq = open_seq_++;
       lock.unlock();
+      const size_t taken_count = taken.size();
       rocksdb::WriteBatch batch;
       for (const auto& [id, value] : taken) {
         if (value.empty()) {
@@ -383,10 +420,13 @@ class RocksStore final : public DurableStore {
         }
       }
       taken.clear();
+      lock.lock();
+      spare_ = std::move(taken);
+      lock.unlock();
       rocksdb::WriteOptions w;
       w.sync = true;
       rocksdb::Status s = db_->Write(w, &batch);
-      while (!s.ok()) {
+      while (!s.ok() && !Stopping()) {
         // A disk that fails (full, gone): the replies keep waiting, the clients fall back by
         // class; the batch is tried again, and nothing is acknowledged that is not written.
         errors_.fetch_add(1, std::memory_order_relaxed);
@@ -396,6 +436,13 @@ class RocksStore final : public DurableStore {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         s = db_->Write(w, &batch);
+      }
+      if (!s.ok()) {
+        // Stopping on a disk that keeps failing: what this batch held is not acknowledged
+        // (its replies never went), and it is said.
+        std::cerr << "limiterd: data dir '" << options_.data_dir << "': stopping with "
+                  << taken_count << " changes not written: " << s.ToString() << '\n';
+        return;
       }
       commits_.fetch_add(1, std::memory_order_relaxed);
       std::vector<std::function<void()>> ready;
@@ -423,8 +470,12 @@ class RocksStore final : public DurableStore {
   std::condition_variable synced_cv_;  // WaitSynced and Flush wait for a commit
   // The batch being filled: each key's last record (empty: a delete), so that a key written
   // many times between two commits is written once.
-  using Pending = std::unordered_map<KeyId, std::string, KeyIdHash>;
+  struct IdHash {
+    size_t operator()(const KeyId& id) const { return static_cast<size_t>(id.lo ^ (id.hi >> 7)); }
+  };
+  using Pending = absl::flat_hash_map<KeyId, std::string, IdHash>;
   Pending pending_;                    // guarded by mu_
+  Pending spare_;                      // the last batch's map, emptied; guarded by mu_
   uint64_t open_seq_ = 1;              // the batch being filled; guarded by mu_
   bool flush_ = false;                 // guarded by mu_
   bool stop_ = false;                  // guarded by mu_

@@ -21,7 +21,10 @@
 //     commit), so the cost is one fsync per batch, not per op.
 //   - kInterval: replies do not wait; the committer writes and fsyncs what was queued every
 //     interval_ms. A crash loses at most the charges of the last interval (and of the sync
-//     in progress).
+//     in progress). When the disk is behind (a batch reaches its bound of records before its
+//     interval is up), replies wait for that batch as in kSync, so the queue never grows
+//     without bound.
+// Within a batch each key is written once, with its last state.
 //
 // Bad state stops the node at start (Open's error names the directory): a database RocksDB
 // cannot open or finds corrupt, one locked by another process, one not written by limiterd,
@@ -78,11 +81,17 @@ class DurableStore {
   // The key's state as it was last written, on the policy's clock reading now_ms; nullopt
   // when there is none or it is fresh by now. An error when the record cannot be read.
   virtual Result<std::optional<KeyLimiter>> Read(int policy, const KeyId& id, int64_t now_ms) = 0;
-  // Queues the key's state (a fresh one is an erase); returns the sequence number of the
-  // batch that will hold it. With the key's stripe locked.
+  // Queues the key's state (a fresh one is an erase); returns the batch the reply of the op
+  // that wrote it must wait for (Synced), or 0 when it need not wait: interval mode, unless
+  // the batch being filled is full (the disk is behind). With the key's stripe locked.
   virtual uint64_t Write(int policy, const KeyId& id, const DurableKeyName& name,
                          const KeyLimiter& state, int64_t now_ms) = 0;
   virtual uint64_t Erase(const KeyId& id) = 0;
+  // Calls visit(id, policy, state) for each record whose id pick accepts, with its state as
+  // Read would give it now; records fresh by now, unreadable or of a policy changed are
+  // skipped. Sees what is written, not what is queued. For the hand-off of keys on disk only.
+  virtual void ForEach(const std::function<bool(const KeyId&)>& pick,
+                       const std::function<void(const KeyId&, int, const KeyLimiter&)>& visit) = 0;
 
   // Whether everything up to `seq` is durable (always, in interval mode).
   virtual bool Synced(uint64_t seq) const = 0;

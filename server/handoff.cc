@@ -34,6 +34,9 @@ struct Batch {
   flatbuffers::FlatBufferBuilder fbb{64 * 1024};
   std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
   std::vector<flatbuffers::Offset<wire::SplitRecord>> splits;
+  // Durable keys in it: their records are erased once the receiver took the whole batch (a
+  // batch not taken leaves them here, the stricter copy should the keys come back).
+  std::vector<KeyId> durable_ids;
   bool full() const { return keys.size() >= kBatchKeys || fbb.GetSize() >= kBatchBytes; }
 };
 
@@ -288,6 +291,9 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
                               : -1;
     stats.keys_sent += std::max<int64_t>(0, taken);
     stats.keys_lost += keys - std::max<int64_t>(0, taken);
+    if (taken == keys) {
+      for (const KeyId& id : b->durable_ids) durable_->Erase(id);
+    }
   };
 
   const auto flush = [&](size_t owner, bool done) {
@@ -300,6 +306,38 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
   std::vector<KeyId> ids;
   std::vector<int64_t> fields;
   const auto& policies = policies_.policies();
+  // One key's state into its new owner's batch (a state too large for one is counted lost).
+  const auto add = [&](int policy, const KeyId& id, const KeyLimiter& state, int64_t key_now) {
+    fields.clear();
+    ExportState(state, key_now, fields);
+    const size_t owner = to.OwnerOfSlot(RingSlotOf(id));
+    if (fields.size() * sizeof(int64_t) + 64 > max_record) {
+      ++stats.keys_lost;
+      return;
+    }
+    Batch& b = batch_for(owner);
+    const auto [share, state_share] = regions_ && global_[static_cast<size_t>(policy)]
+                                          ? regions_->Carried(id)
+                                          : std::pair<int64_t, int64_t>{0, 0};
+    b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi, static_cast<uint16_t>(policy),
+                                           b.fbb.CreateVector(fields), share, state_share));
+    if (durable_policy_[static_cast<size_t>(policy)]) b.durable_ids.push_back(id);
+    if (b.full()) ready.emplace_back(owner, std::move(batches[owner]));
+  };
+  // Durable keys this node holds on disk only (not used since it started) go too; those in
+  // memory are the stripes' below.
+  if (durable_) {
+    durable_->ForEach(gives, [&](const KeyId& id, int policy, const KeyLimiter& state) {
+      const size_t stripe = store_.StripeOf(id);
+      {
+        Store::StripeLock lock(store_, {&stripe, 1});
+        if (store_.Find(policy, id) != nullptr) return;
+      }
+      add(policy, id, state, PolicyNowMs(policies[static_cast<size_t>(policy)], clock_));
+      for (auto& [owner, b] : ready) send_batch(owner, std::move(b), false);
+      ready.clear();
+    });
+  }
   for (size_t stripe = 0; stripe < store_.stripe_count(); ++stripe) {
     {
       Store::StripeLock lock(store_, {&stripe, 1});
@@ -310,28 +348,8 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
         const int64_t key_now = PolicyNowMs(policies[policy], clock_);
         for (const KeyId& id : ids) {
           const KeyLimiter state = store_.Unpack(pi, store_.Find(pi, id));
-          if (!state.IsFresh(policies[policy].rate, key_now)) {
-            fields.clear();
-            ExportState(state, key_now, fields);
-            const size_t owner = to.OwnerOfSlot(RingSlotOf(id));
-            if (fields.size() * sizeof(int64_t) + 64 > max_record) {
-              ++stats.keys_lost;
-            } else {
-              Batch& b = batch_for(owner);
-              const auto [share, state_share] = regions_ && global_[policy]
-                                                    ? regions_->Carried(id)
-                                                    : std::pair<int64_t, int64_t>{0, 0};
-              b.keys.push_back(wire::CreateKeyRecord(b.fbb, id.lo, id.hi,
-                                                     static_cast<uint16_t>(policy),
-                                                     b.fbb.CreateVector(fields), share,
-                                                     state_share));
-              if (b.full()) ready.emplace_back(owner, std::move(batches[owner]));
-            }
-          }
+          if (!state.IsFresh(policies[policy].rate, key_now)) add(pi, id, state, key_now);
           store_.Erase(pi, id);
-          // The next owner keeps it now: a copy left here would be stale if the key came
-          // back.
-          if (durable_policy_[policy]) durable_->Erase(id);
         }
       }
     }
@@ -413,10 +431,19 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
         KeyLimiter mine = store_.Take(policy, slot, key_now);
         KeyLimiter kept = StricterOf(p.rate, std::move(**state), std::move(mine), key_now);
         if (durable_policy_[static_cast<size_t>(policy)]) {
-          r.durable_seq = durable_->Write(policy, id, {}, kept, key_now);
+          r.durable_seq = std::max(r.durable_seq, durable_->Write(policy, id, {}, kept, key_now));
         }
         store_.Pack(policy, std::move(kept), slot);
       } else {
+        if (durable_policy_[static_cast<size_t>(policy)]) {
+          // On disk only (not used since this node started): keep the stricter of the two.
+          Result<std::optional<KeyLimiter>> stored = durable_->Read(policy, id, key_now);
+          if (!stored) {
+            refuse(i, stored.error());
+            continue;
+          }
+          if (*stored) **state = StricterOf(p.rate, std::move(**state), std::move(**stored), key_now);
+        }
         if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
           store_.NoteRefusal(policy);
           handoff_counters_.keys_refused.fetch_add(1);
@@ -425,7 +452,7 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
         }
         if (durable_policy_[static_cast<size_t>(policy)]) {
           // Handed over by id: its strings are not known here (DurableKeyName::kIdOnly).
-          r.durable_seq = durable_->Write(policy, id, {}, **state, key_now);
+          r.durable_seq = std::max(r.durable_seq, durable_->Write(policy, id, {}, **state, key_now));
         }
         store_.Pack(policy, std::move(**state), store_.Insert(policy, id));
         if (regions_ && global_[static_cast<size_t>(policy)] && k->share() > 0) {

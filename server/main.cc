@@ -247,6 +247,8 @@ int main(int argc, char** argv) {
               server.threads(), policy_set->policies().size());
   std::fflush(stdout);
   server.Run();
+  // Before the server's workers go: replies waiting for a commit are posted to them.
+  if (node.durable() != nullptr) node.durable()->Flush();
   std::fprintf(stderr, "limiterd: stopped\n");
   return 0;
 }

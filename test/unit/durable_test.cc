@@ -8,15 +8,20 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/request_builder.h"
+#include "common/calendar.h"
 #include "common/frame_codec.h"
 #include "common/policy_file.h"
 #include "common/wire.h"
+#include "server/durable_record.h"
+#include "test/unit/test_seed.h"
 #include "server/durable_store.h"
 #include "server/node.h"
 
@@ -471,6 +476,187 @@ TEST_F(DurableTest, AMonthlyWindowCoversTheWholeMonth) {
     EXPECT_FALSE(Check("monthly", key)) << key << ": the last ms of the month";
     clock_->SetWall(Utc(month.y, month.m, month.days) + 86'400'000);
     EXPECT_EQ(Admitted("monthly", key, 3), 2) << key << ": the 1st of the next";
+  }
+}
+
+// ----- Hand-off of durable keys between two nodes, each with its own database -----
+
+class DurableHandoffTest : public ::testing::Test {
+ protected:
+  struct Member {
+    std::string dir;
+    std::unique_ptr<ManualClock> clock;
+    std::unique_ptr<Node> node;
+    Node::Worker* worker = nullptr;
+  };
+  DurableHandoffTest() {
+    Result<PolicySet> p = ParsePolicies(kPolicies, "durable.yaml");
+    EXPECT_TRUE(p.ok()) << p.error();
+    policies_ = std::move(p).value();
+  }
+  ~DurableHandoffTest() override {
+    for (auto& [name, m] : members_) {
+      m.node.reset();
+      std::filesystem::remove_all(m.dir);
+    }
+  }
+  // (Re)starts `name` in a cluster of a:1 and b:1 on its own data dir and clock.
+  void Start(const std::string& name, int64_t clock_ms) {
+    Member& m = members_[name];
+    m.node.reset();
+    if (m.dir.empty()) {
+      m.dir = ::testing::TempDir() + "/limiter_durable_handoff_" + std::to_string(::getpid()) +
+              "_" + name.substr(0, 1);
+      std::filesystem::remove_all(m.dir);
+    }
+    m.clock = std::make_unique<ManualClock>(clock_ms);
+    DurableOptions d;
+    d.data_dir = m.dir;
+    Result<std::unique_ptr<DurableStore>> store = OpenDurableStore(policies_, *m.clock, d);
+    ASSERT_TRUE(store.ok()) << store.error();
+    NodeOptions o;
+    o.name = o.self = name;
+    o.members = {"a:1", "b:1"};
+    o.generation = 1;
+    m.node = std::make_unique<Node>(policies_, *m.clock, o, std::move(store).value());
+    m.worker = &m.node->AddWorker();
+  }
+  const wire::OpReply& Op(const std::string& to, RequestBuilder& b) {
+    Member& m = members_.at(to);
+    out_.clear();
+    m.node->HandleFrame(*m.worker, b.Finish(), out_);
+    b.Clear();
+    const FrameResult f = DecodeFrame(out_, 64u << 20);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    EXPECT_NE(reply, nullptr);
+    return *reply->ops()->Get(0);
+  }
+  int Admitted(const std::string& on, const std::string& key, int tries) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) {
+      RequestBuilder b;
+      b.Check(1, "window", key);
+      const wire::OpReply& r = Op(on, b);
+      EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
+      n += r.allowed();
+    }
+    return n;
+  }
+  Node::HandoffSink Sink() {
+    return [this](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+      Member& m = members_.at(member);
+      out_.clear();
+      m.node->HandleFrame(*m.worker, frame, out_);
+      const FrameResult f = DecodeFrame(out_, 64u << 20);
+      const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+      if (reply == nullptr || reply->ops()->Get(0)->status() != wire::Status::Ok) return -1;
+      return reply->ops()->Get(0)->granted();
+    };
+  }
+  std::vector<std::string> KeysOf(const std::string& owner, int n) {
+    std::vector<std::string> keys;
+    const std::shared_ptr<const Ring> ring = members_.at(owner).node->ring();
+    for (int i = 0; static_cast<int>(keys.size()) < n; ++i) {
+      const std::string k = "k" + std::to_string(i);
+      if (ring->Owner(k) == owner) keys.push_back(k);
+    }
+    return keys;
+  }
+
+  PolicySet policies_;
+  std::map<std::string, Member> members_;
+  std::vector<uint8_t> out_;
+  std::vector<uint64_t> aligned_;
+};
+
+TEST_F(DurableHandoffTest, KeysOnDiskOnlyAreHandedOverWhenTheNodeLeaves) {
+  Start("a:1", 1'000'000);
+  Start("b:1", 9'000'000);
+  const std::vector<std::string> keys = KeysOf("a:1", 12);
+  for (const std::string& k : keys) ASSERT_EQ(Admitted("a:1", k, 5), 5);
+  Start("a:1", 2'000'000);  // restarted: its keys are on its disk only
+  ASSERT_FALSE(members_.at("b:1").node->SetMembers({"b:1"}, 2).has_value());
+  members_.at("a:1").node->Leave(2);
+  const std::optional<HandoffStats> stats =
+      members_.at("a:1").node->RunNextHandoff(Sink(), std::chrono::milliseconds(0));
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->keys_sent, static_cast<int64_t>(keys.size()));
+  EXPECT_EQ(stats->keys_lost, 0);
+  for (const std::string& k : keys) EXPECT_EQ(Admitted("b:1", k, 2), 0) << k;
+  // a's records went with the keys: none is left to come back stale.
+  members_.at("a:1").node->durable()->CompactAll();
+  EXPECT_EQ(members_.at("a:1").node->durable()->stats().live_keys, 0);
+  EXPECT_GE(members_.at("b:1").node->durable()->stats().writes, static_cast<int64_t>(keys.size()))
+      << "b wrote the keys it took to its own database";
+}
+
+TEST(DurableRecordTest, ARecordOfACalendarPolicyThatIsNoLongerOneIsDropped) {
+  Result<PolicySet> calendar = ParsePolicies(
+      "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, align: calendar, "
+      "class: billing, durable: true}\n", "a.yaml");
+  Result<PolicySet> plain = ParsePolicies(
+      "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, class: billing, "
+      "durable: true}\n", "b.yaml");
+  ASSERT_TRUE(calendar.ok() && plain.ok());
+  const Policy& c = calendar->policies().front();
+  const Policy& p = plain->policies().front();
+  const int64_t wall = Utc(2026, 5, 5, 12);
+  const int64_t now = c.calendar->ToWindowTime(wall);
+  KeyLimiter state(FixedWindow::State{now - now % c.rate.window_ms(), 3});
+  std::string value;
+  durable::Encode(c, {DurableKeyName::kLimit, "k", ""}, state, now, wall, value);
+  durable::Record r;
+  ASSERT_EQ(durable::Decode(value, &r), std::nullopt);
+  Result<std::optional<KeyLimiter>> back = durable::Import(c, r, now + 1000, wall + 1000);
+  ASSERT_TRUE(back.ok()) << back.error();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_FALSE(durable::Import(p, r, 5'000, wall + 1000).ok())
+      << "a calendar record on a policy that is not one would lock its key for decades";
+}
+
+TEST(DurableRecordTest, AStateAheadOfTheWritersClockComesBackWhole) {
+  // Another worker, with a later clock reading, moved the bucket on before this one wrote it:
+  // the write's offsets start from the state's own time, never positive.
+  Result<PolicySet> ps = ParsePolicies(
+      "policies:\n  - {name: b, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, "
+      "class: contract, durable: true}\n", "c.yaml");
+  ASSERT_TRUE(ps.ok());
+  const Policy& p = ps->policies().front();
+  KeyLimiter state(p.algorithm);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(state.Decide(p.rate, 10'050, 1).allowed);
+  std::string value;
+  durable::Encode(p, {DurableKeyName::kLimit, "k", ""}, state, /*now_ms=*/10'000, 0, value);
+  durable::Record r;
+  ASSERT_EQ(durable::Decode(value, &r), std::nullopt);
+  Result<std::optional<KeyLimiter>> back = durable::Import(p, r, 777, 0);
+  ASSERT_TRUE(back.ok()) << back.error();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_FALSE((*back)->Decide(p.rate, 777, 1).allowed);
+}
+
+TEST(DurableRecordTest, AnyBytesDecodeOrFailWithoutACrash) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  Result<PolicySet> ps = ParsePolicies(
+      "policies:\n  - {name: b, algorithm: sliding_log, limit: 50, window: 1h, class: contract, "
+      "durable: true}\n", "d.yaml");
+  ASSERT_TRUE(ps.ok());
+  const Policy& p = ps->policies().front();
+  KeyLimiter state(p.algorithm);
+  for (int i = 0; i < 20; ++i) state.Decide(p.rate, 1000 + i * 7, 1 + i % 3);
+  std::string good;
+  durable::Encode(p, {DurableKeyName::kLimit, "key", "tenant"}, state, 1200, 5, good);
+  for (int i = 0; i < 20'000; ++i) {
+    std::string bytes = good;
+    if (i % 2) bytes.resize(rng() % (bytes.size() + 1));
+    for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
+      if (!bytes.empty()) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    }
+    durable::Record r;
+    if (durable::Decode(bytes, &r) == std::nullopt) {
+      (void)durable::Import(p, r, 1300, 10);  // an error or a state: never a crash
+    }
   }
 }
 
