@@ -1,6 +1,7 @@
 #include "server/durable_store.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -192,16 +193,10 @@ class RocksStore final : public DurableStore {
     if (state.IsFresh(p.rate, now_ms)) return Erase(id);
     thread_local std::string value;
     durable::Encode(p, name, state, now_ms, shared_.clock.WallMs(), value);
-    std::lock_guard lock(mu_);
-    pending_[id].assign(value);
-    return Queued();
+    return Queue(id, value);
   }
 
-  uint64_t Erase(const KeyId& id) override {
-    std::lock_guard lock(mu_);
-    pending_[id].clear();  // empty: a delete
-    return Queued();
-  }
+  uint64_t Erase(const KeyId& id) override { return Queue(id, {}); }  // empty: a delete
 
   void ForEach(const std::function<bool(const KeyId&)>& pick,
                const std::function<void(const KeyId&, int, const KeyLimiter&)>& visit) override {
@@ -246,7 +241,8 @@ class RocksStore final : public DurableStore {
 
   void Flush() override {
     std::unique_lock lock(mu_);
-    const uint64_t target = pending_.empty() ? open_seq_ - 1 : open_seq_;
+    const uint64_t open = open_seq_.load();
+    const uint64_t target = pending_count_.load() > 0 ? open : open - 1;
     flush_ = true;
     cv_.notify_all();
     synced_cv_.wait(lock, [&] { return committed_.load() >= target || stop_; });
@@ -264,10 +260,7 @@ class RocksStore final : public DurableStore {
     s.errors = errors_.load(std::memory_order_relaxed);
     s.dropped = shared_.dropped.load(std::memory_order_relaxed);
     s.expired = shared_.expired.load(std::memory_order_relaxed);
-    {
-      std::lock_guard lock(mu_);
-      s.pending = static_cast<int64_t>(pending_.size());
-    }
+    s.pending = pending_count_.load(std::memory_order_relaxed);
     uint64_t keys = 0;
     if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
       s.live_keys = std::max<int64_t>(0, static_cast<int64_t>(keys) - kMetaKeys);
@@ -303,23 +296,54 @@ class RocksStore final : public DurableStore {
     return stop_;
   }
 
-  // With mu_ held: one more record in the open batch. Returns the batch the write's reply must
-  // wait for: sync, always this one; interval, none (0), unless the batch holds kMaxPending
-  // records already (the disk is behind): then the reply waits for it, and the committer is
-  // told to write it now. So what is queued, and what a crash can take, stays bounded however
-  // fast writes come.
-  uint64_t Queued() {
+  // One more record (value; empty: a delete) in the open batch, in its key's shard. Returns
+  // the batch the write's reply must wait for: sync, always this one; interval, none (0),
+  // unless the batch holds kMaxPending records already (the disk is behind): then the reply
+  // waits for it, and the committer is told to write it now. So what is queued, and what a
+  // crash can take, stays bounded however fast writes come.
+  uint64_t Queue(const KeyId& id, std::string_view value) {
     writes_.fetch_add(1, std::memory_order_relaxed);
-    if (options_.mode == DurabilityMode::kSync) {
-      if (pending_.size() == 1) cv_.notify_one();
-      return open_seq_;
+    Shard& shard = shards_[(id.lo ^ id.hi) % kShards];
+    uint64_t seq = 0;
+    int64_t queued = 0;
+    {
+      std::lock_guard lock(shard.mu);
+      auto [it, added] = shard.pending.try_emplace(id);
+      it->second.assign(value);
+      // Read under the shard's lock: the committer moves it on with every shard locked, so
+      // the record is in batch `seq`.
+      seq = open_seq_.load(std::memory_order_relaxed);
+      if (added) queued = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
     }
-    if (pending_.size() < kMaxPending) return 0;
+    if (options_.mode == DurabilityMode::kSync) {
+      if (queued == 1) {
+        std::lock_guard lock(mu_);  // the committer checks for work with mu_ held
+        cv_.notify_one();
+      }
+      return seq;
+    }
+    if (queued < static_cast<int64_t>(kMaxPending)) return 0;
+    std::lock_guard lock(mu_);
     if (!flush_) {
       flush_ = true;
       cv_.notify_one();
     }
-    return open_seq_;
+    return seq;
+  }
+
+  // Takes every shard's records as the batch `seq` (every shard locked, in order, while the
+  // open batch moves on) into taken_, and returns how many there are.
+  size_t TakeBatch(uint64_t* seq) {
+    for (Shard& shard : shards_) shard.mu.lock();
+    *seq = open_seq_.fetch_add(1, std::memory_order_relaxed);
+    size_t n = 0;
+    for (size_t i = 0; i < kShards; ++i) {
+      std::swap(taken_[i], shards_[i].pending);  // the shard gets the last batch's, emptied
+      n += taken_[i].size();
+    }
+    pending_count_.store(0, std::memory_order_relaxed);
+    for (Shard& shard : shards_) shard.mu.unlock();
+    return n;
   }
 
   std::optional<std::string> CheckFormat() {
@@ -396,33 +420,30 @@ class RocksStore final : public DurableStore {
     int64_t failures = 0;
     for (;;) {
       if (options_.mode == DurabilityMode::kSync) {
-        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+        cv_.wait(lock, [&] { return stop_ || pending_count_.load() > 0; });
       } else {
         cv_.wait_for(lock, interval, [&] { return stop_ || flush_; });
       }
       flush_ = false;
-      if (pending_.empty()) {
+      if (pending_count_.load() == 0) {
         synced_cv_.notify_all();
         if (stop_) return;
         continue;
       }
-      Pending taken = std::move(spare_);  // empty, its buckets kept
-      std::swap(taken, pending_);
-      const uint64_t seq = open_seq_++;
-      lock.unlock();
-      const size_t taken_count = taken.size();
+      lock.unlock();  // shards before mu_: writers take them in that order
+      uint64_t seq = 0;
+      const size_t taken_count = TakeBatch(&seq);
       rocksdb::WriteBatch batch;
-      for (const auto& [id, value] : taken) {
-        if (value.empty()) {
-          batch.Delete(durable::RecordKey(id));
-        } else {
-          batch.Put(durable::RecordKey(id), value);
+      for (Pending& taken : taken_) {
+        for (const auto& [id, value] : taken) {
+          if (value.empty()) {
+            batch.Delete(durable::RecordKey(id));
+          } else {
+            batch.Put(durable::RecordKey(id), value);
+          }
         }
+        taken.clear();
       }
-      taken.clear();
-      lock.lock();
-      spare_ = std::move(taken);
-      lock.unlock();
       rocksdb::WriteOptions w;
       w.sync = true;
       rocksdb::Status s = db_->Write(w, &batch);
@@ -474,9 +495,16 @@ class RocksStore final : public DurableStore {
     size_t operator()(const KeyId& id) const { return static_cast<size_t>(id.lo ^ (id.hi >> 7)); }
   };
   using Pending = absl::flat_hash_map<KeyId, std::string, IdHash>;
-  Pending pending_;                    // guarded by mu_
-  Pending spare_;                      // the last batch's map, emptied; guarded by mu_
-  uint64_t open_seq_ = 1;              // the batch being filled; guarded by mu_
+  // Writers meet only when their keys share one of kShards shards.
+  static constexpr size_t kShards = 64;
+  struct alignas(64) Shard {
+    std::mutex mu;
+    Pending pending;  // guarded by mu
+  };
+  std::array<Shard, kShards> shards_;
+  std::array<Pending, kShards> taken_;  // the committer's: the batch being written
+  std::atomic<int64_t> pending_count_{0};  // keys queued over the shards
+  std::atomic<uint64_t> open_seq_{1};  // the batch being filled; moved with every shard locked
   bool flush_ = false;                 // guarded by mu_
   bool stop_ = false;                  // guarded by mu_
   std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;  // guarded by mu_
