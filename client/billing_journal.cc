@@ -67,7 +67,7 @@ class Record {
   }
   void Bytes(std::string_view s) {
     Varint(s.size());
-    std::memcpy(buf_ + n_, s.data(), s.size());
+    if (!s.empty()) std::memcpy(buf_ + n_, s.data(), s.size());  // an empty view may be null
     n_ += s.size();
   }
   std::string_view Seal() {

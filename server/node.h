@@ -128,8 +128,9 @@ struct WorkerCounters {
 
 class Node {
  public:
-  // `durable`: the database that keeps durable policies' keys (durable_store.h); null when
-  // no policy is durable. The node owns it.
+  // `durable`: the database that keeps durable policies' keys (durable_store.h), owned by the
+  // node. Null: durable policies' keys stay in memory only, as every other key (tests,
+  // simulations; limiterd refuses to start that way, OpenDurableStore).
   Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
        std::unique_ptr<DurableStore> durable = nullptr);
   ~Node();
