@@ -82,8 +82,11 @@ case "${1:-}" in
     # tests, 8 threads through Decide among them.
     build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \
       -DLIMITER_SANITIZE=thread -- limiter_client_tests limiter_client_integration_tests limiterd
-    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/test/limiter_client_tests
-    TSAN_OPTIONS="halt_on_error=1" build-tsan/test/limiter_client_integration_tests
+    # test/tsan.supp: RocksDB (uninstrumented) inside the nodes these tests start.
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/test/tsan.supp" \
+      build-tsan/test/limiter_client_tests
+    TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/test/tsan.supp" \
+      build-tsan/test/limiter_client_integration_tests
     # The container stack: the image (podman, a cached debootstrap base), three nodes and the
     # gateway by compose, checks through both, a node restarted under load, torn down
     # (about 2 minutes, most of it the image's build stage).

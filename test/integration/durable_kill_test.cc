@@ -119,6 +119,17 @@ TEST_P(DurableKill, KilledTwentyTimesTheQuotaKeepsEveryAcknowledgedCharge) {
   Seen seen[2];
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  // Stops and joins the gateway threads however the test ends (an ASSERT returns early).
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop.store(true);
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, threads};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       const int q = t % 2;
@@ -158,7 +169,7 @@ TEST_P(DurableKill, KilledTwentyTimesTheQuotaKeepsEveryAcknowledgedCharge) {
     }
   }
   stop.store(true);
-  for (auto& t : threads) t.join();
+  for (auto& t : threads) t.join();  // the Joiner finds them joined
   for (int q = 0; q < 2; ++q) {
     const int64_t admitted = seen[q].Total();
     if (sync) {
