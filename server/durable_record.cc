@@ -9,6 +9,8 @@
 namespace limiter::durable {
 namespace {
 
+constexpr int64_t kMaxElapsedMs = int64_t{1000} * 86'400'000;  // 1000 days: windows are at most 400
+
 void PutVarint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>(v | 0x80));
@@ -159,8 +161,12 @@ Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64
     if (k.IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
     return std::optional<KeyLimiter>(std::move(k));
   }
-  // Time went by since the write: as much as the wall clock says, never less than none.
-  const int64_t elapsed = std::max<int64_t>(0, wall_ms - r.written_wall_ms);
+  // Time went by since the write: as much as the wall clock says, never less than none, and
+  // never more than kMaxElapsedMs (a write time from a broken clock or a damaged record must
+  // not overflow; every state is fresh long before that).
+  int64_t elapsed = 0;
+  if (__builtin_sub_overflow(wall_ms, r.written_wall_ms, &elapsed)) elapsed = kMaxElapsedMs;
+  elapsed = std::clamp<int64_t>(elapsed, 0, kMaxElapsedMs);
   Result<std::optional<KeyLimiter>> k = ImportState(p.algorithm, p.rate, r.fields, now_ms - elapsed);
   if (!k) return k;
   if (*k && (*k)->IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
