@@ -26,6 +26,11 @@ constexpr size_t kMinReadBytes = 512;
 constexpr size_t kMaxReadBytes = 64 * 1024;
 // A reply buffer larger than this after a write was a burst's: it is given back at once.
 constexpr size_t kKeepOutputBytes = 64 * 1024;
+// A connection's turn on its worker: once it has handled frames of this many ops (a frame
+// counts at least one), the frames it has waiting are left for a turn posted behind the
+// other connections' ready work. One peer's burst of large frames then delays another's
+// small frame by about a frame, not by the whole burst.
+constexpr size_t kOpsPerTurn = 256;
 
 // With nothing unread, a ReadBuffer's free space is all the memory it holds.
 size_t EmptyBufferBytes(ReadBuffer& buffer) { return buffer.Space(0).size(); }
@@ -111,7 +116,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // TLS reads first and waits only when OpenSSL says it would block: a read that finds
   // nothing also gives OpenSSL's record buffer back (SSL_MODE_RELEASE_BUFFERS).
   void Read() {
-    if (reading_ || closing_) return;
+    if (reading_ || closing_ || turn_posted_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
     reading_ = true;
     if (ssl_) {
@@ -178,10 +183,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Process(Time now) {
     bool handled = false;
+    size_t ops = 0;
     while (!closing_) {
       const uint32_t max_frame = set_.node_.FrameLimit(session_);
       const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
       if (frame.status == FrameStatus::kNeedMore) break;
+      if (ops >= kOpsPerTurn) {
+        PostTurn();  // no read meanwhile: what waits is already in in_
+        break;
+      }
       if (frame.status != FrameStatus::kFrame) {
         // Framing is lost: say why, then close this connection only.
         CountBad(frame.status == FrameStatus::kEmpty ? BadFrame::kEmpty : BadFrame::kTooLarge);
@@ -198,6 +208,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         held_.push_back({reply_start, seq});
       }
       in_.Consume(frame.consumed);
+      ops += std::max<size_t>(1, Node::FrameOps(set_.worker_));
       handled = true;
     }
     if (handled) frame_started_ = now;  // what is left began in this read
@@ -205,6 +216,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (in_.size() == 0 && EmptyBufferBytes(in_) > kMaxReadBytes) in_ = ReadBuffer();
     Write();
     Read();
+  }
+
+  void PostTurn() {
+    turn_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->turn_posted_ = false;
+      if (self->socket_.is_open()) self->Process(std::chrono::steady_clock::now());
+    });
   }
 
   void Write() {
@@ -441,6 +460,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<Held> held_;
   bool sync_waiting_ = false;
   bool releasing_ = false;  // the read in flight was cancelled to free its buffer
+  bool turn_posted_ = false;  // frames wait in in_ for a posted turn (PostTurn); no read
   bool handshaking_ = false;  // TLS: the handshake has begun and not ended
 };
 

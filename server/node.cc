@@ -160,10 +160,14 @@ void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uin
 
 uint64_t Node::TakeSyncNeeded(Worker& w) { return std::exchange(w.durable_seq, 0); }
 
+size_t Node::FrameOps(Worker& w) { return w.frame_ops; }
+
 Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const uint8_t> body,
                                    std::vector<uint8_t>& out) {
   const auto started = std::chrono::steady_clock::now();
   w.counters.frames.Add();
+  w.frame_ops = 0;
+  w.fruitless_reclaims = Worker::kFruitlessReclaimsPerFrame;
   // Odd from here to the end of the frame (every return): see Export.
   struct InFrame {
     std::atomic<uint64_t>& seq;
@@ -209,6 +213,7 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   w.replies.clear();
   w.peer = request->peer();
   if (const auto* ops = request->ops()) {
+    w.frame_ops = ops->size();
     for (const wire::Op* op : *ops) {
       OpResult r;
       w.results.clear();
@@ -545,6 +550,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
   return true;
 }
 
-size_t Node::Sweep() { return store_.Sweep(clock_.NowMs(), options_.sweep_budget); }
+size_t Node::Sweep(size_t share) {
+  return store_.Sweep(clock_.NowMs(), options_.sweep_budget, share);
+}
 
 }  // namespace limiter

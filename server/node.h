@@ -166,13 +166,20 @@ class Node {
   // The durable batch the replies of the frames handled since the last call must wait for
   // (DurableStore::Synced), or 0 when they wait for nothing; and forgets it.
   static uint64_t TakeSyncNeeded(Worker& worker);
+  // The ops of the last frame HandleFrame handled on this worker (0 for one refused before
+  // its ops): the measure of its work, by which a connection yields to the others.
+  static size_t FrameOps(Worker& worker);
   DurableStore* durable() const { return durable_.get(); }
   // Appends a Reply frame carrying only `error`, for a connection about to be closed.
   void ErrorFrame(Worker& worker, std::string_view error, std::vector<uint8_t>& out);
   static WorkerCounters& CountersOf(Worker& worker);
 
-  // Reclaims expired keys, a bounded amount of work per call; call it periodically.
-  size_t Sweep();
+  // Reclaims expired keys, a bounded amount of work per call; call it periodically. Each
+  // call looks at up to sweep_budget slots of each policy's table in each stripe and, with
+  // `share` > 1, at most about 1/share of it: the server's sweeper goes over every table in
+  // share calls, so that a node holding millions of keys spends a little of each tick on them
+  // instead of all of them at once.
+  size_t Sweep(size_t share = 1);
   // Once a second: ends the hot-key epoch, splits keys that got hot, merges back those that
   // cooled down, reopens merged keys.
   void Tick();

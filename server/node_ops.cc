@@ -14,14 +14,14 @@ namespace {
 
 // Reserves room for every limit of the op to take one charge: a new key, or a sliding log's
 // growth (Store::ReserveCharge). Before anything is decided, so that a refusal changes no
-// state. At the bound, expired keys in the locked stripes are reclaimed and it tries once
-// more. Reclaiming moves slots, and may take the op's own keys if they had expired (never a
-// log the op holds), so the slots are found again. Returns -1, or the policy that had no
-// room: then nothing is reserved, the states taken are given back, and the refusal is
+// state. At the bound, expired keys in the locked stripes are reclaimed and, if any were, it
+// tries once more. Reclaiming moves slots, and may take the op's own keys if they had expired
+// (never a log the op holds), so the slots are found again. Returns -1, or the policy that
+// had no room: then nothing is reserved, the states taken are given back, and the refusal is
 // counted against that policy.
 template <class Entries>
 int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, int64_t now,
-                size_t sweep_budget) {
+                size_t sweep_budget, int& fruitless_reclaims) {
   for (int attempt = 0;; ++attempt) {
     size_t reserved = 0;
     while (reserved < entries.size()) {
@@ -36,13 +36,14 @@ int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, i
         store.Unreserve(entries[i].policy, store.NewKeyUnits(entries[i].policy));
       }
     }
-    if (attempt == 1) {
+    // A pass that reclaimed nothing moved no slot and freed no room: refuse at once (a flood
+    // of new keys at a full budget then costs one lookup a key).
+    if (attempt == 1 || store.ReclaimLocked(lock, now, sweep_budget, fruitless_reclaims) == 0) {
       const int refused = entries[reserved].policy;
       store.NoteRefusal(refused);
       for (auto& e : entries) store.GiveBack(e.policy, std::move(e.limiter), e.slot);
       return refused;
     }
-    store.ReclaimLocked(lock, now, sweep_budget);
     for (auto& e : entries) e.slot = store.Find(e.policy, e.id);
   }
 }
@@ -173,7 +174,8 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     if (!Load(w, r)) return;
-    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget,
+                                         w.fruitless_reclaims);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
@@ -230,7 +232,8 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     if (!Load(w, r)) return;
-    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget,
+                                         w.fruitless_reclaims);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));

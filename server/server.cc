@@ -449,7 +449,9 @@ void Server::Run() {
     while (!s.stopping) {
       s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.sweep_interval_ms));
       if (s.stopping) break;
-      s.node.Sweep();
+      s.node.Sweep(static_cast<size_t>(
+          std::max<int64_t>(1, s.options.sweep_cycle_ms /
+                                    std::max<int64_t>(1, s.options.sweep_interval_ms))));
       if (std::chrono::steady_clock::now() >= next_tick) {
         s.node.Tick();  // hot keys: a second's epoch
         next_tick += std::chrono::seconds(1);

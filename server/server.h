@@ -29,6 +29,11 @@ struct ServerOptions {
   int64_t frame_timeout_ms = 10'000;     // a frame begun must be whole this soon, or close
   int64_t max_connections = 10'000;      // over all workers; more are accepted and closed
   int64_t sweep_interval_ms = 100;
+  // The sweeper goes over every key table once in this time, a share of each per interval:
+  // idle keys are reclaimed within about this long (at once at the key bound, where new keys
+  // reclaim them), and a node holding millions of keys spends well under a millisecond of
+  // each interval on them instead of milliseconds at a time.
+  int64_t sweep_cycle_ms = 10'000;
   std::string members_dns;  // resolved into the node's member list, periodically
   int64_t dns_refresh_ms = 5000;
   // TLS on the data port when tls.cert_file is set; with tls.ca_file, clients must present a

@@ -413,7 +413,7 @@ void Store::PolicyTimes(int64_t now_ms, std::vector<int64_t>& out) const {
   }
 }
 
-size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget) {
+size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget, size_t share) {
   size_t erased = 0;
   thread_local std::vector<int64_t> times;
   PolicyTimes(now_ms, times);
@@ -422,7 +422,11 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget) {
     const int64_t now = times[p];
     if (now == kNoTime) continue;
     int64_t units = 0;
-    const size_t n = stripe.tables[p].Sweep(&stripe.cursors[p], budget, [&](Slot& s) {
+    KeyTable& table = stripe.tables[p];
+    const size_t look = share <= 1 ? budget
+                                   : std::min(budget, std::max(kMinSweepSlots,
+                                                               table.capacity() / share + 1));
+    const size_t n = table.Sweep(&stripe.cursors[p], look, [&](Slot& s) {
       if (!IsFresh(policy, s, now)) return false;
       if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
       // A fresh key has no charge in effect: nothing its leases charged can come back.
@@ -440,24 +444,34 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget) {
   return erased;
 }
 
-size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget) {
+size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget,
+                            int& fruitless) {
   size_t erased = 0;
   for (size_t s : lock.stripes()) {
+    if (fruitless <= 0) break;
     Stripe& stripe = *stripes_[s];
     if (now < stripe.next_reclaim_ms) continue;
     reclaim_passes_.fetch_add(1, std::memory_order_relaxed);
-    const size_t n = SweepStripe(stripe, now, budget);
-    stripe.next_reclaim_ms = n == 0 ? now + kReclaimBackoffMs : 0;
+    const size_t n = SweepStripe(stripe, now, budget, 1);
+    if (n == 0) {
+      --fruitless;
+      stripe.reclaim_backoff_ms =
+          std::clamp(stripe.reclaim_backoff_ms * 2, kReclaimBackoffMs, kMaxReclaimBackoffMs);
+      stripe.next_reclaim_ms = now + stripe.reclaim_backoff_ms;
+    } else {
+      stripe.reclaim_backoff_ms = 0;
+      stripe.next_reclaim_ms = 0;
+    }
     erased += n;
   }
   return erased;
 }
 
-size_t Store::Sweep(int64_t now, size_t budget) {
+size_t Store::Sweep(int64_t now, size_t budget, size_t share) {
   size_t erased = 0;
   for (auto& stripe : stripes_) {
     std::lock_guard<std::mutex> guard(stripe->mu);
-    erased += SweepStripe(*stripe, now, budget);
+    erased += SweepStripe(*stripe, now, budget, share);
   }
   return erased;
 }

@@ -147,11 +147,17 @@ class Store {
   Slot* Insert(int policy, const KeyId& id);
   void Erase(int policy, const KeyId& id);
   // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each: a
-  // new key that finds no room tries this before it is refused. A stripe whose last pass
-  // found nothing is not looked at again for kReclaimBackoffMs, so that a flood of new keys
-  // refused at a budget costs a lookup each, not a scan each (the sweeper goes on meanwhile).
-  size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget);
+  // new key that finds no room tries this before it is refused. A flood of new keys refused
+  // at a budget must cost a lookup each, not a scan each (the sweeper goes on meanwhile), so
+  //   - a stripe whose pass found nothing is not looked at again for kReclaimBackoffMs,
+  //     doubled after each such pass up to kMaxReclaimBackoffMs (a pass that reclaims
+  //     something starts it over);
+  //   - at most `fruitless` passes that find nothing are made: the caller's allowance (the
+  //     node gives each frame one), decremented by each; at 0 no pass is made. Passes that
+  //     reclaim keys are not limited: they make the room new keys need.
+  size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget, int& fruitless);
   static constexpr int64_t kReclaimBackoffMs = 100;
+  static constexpr int64_t kMaxReclaimBackoffMs = 1600;
   // Reclaim passes made over a stripe (ReclaimLocked), for /metrics and tests.
   int64_t reclaim_passes() const { return reclaim_passes_.load(std::memory_order_relaxed); }
 
@@ -195,9 +201,11 @@ class Store {
   // Counts a refused new key (or log growth) against the policy.
   void NoteRefusal(int policy);
 
-  // Reclaims expired keys, looking at up to `budget` slots per stripe and policy. Takes the
-  // stripe locks one at a time.
-  size_t Sweep(int64_t now_ms, size_t budget);
+  // Reclaims expired keys, looking at up to `budget` slots per stripe and policy, and with
+  // `share` > 1 at most capacity / share + 1 of a table (but at least kMinSweepSlots). Takes
+  // the stripe locks one at a time.
+  size_t Sweep(int64_t now_ms, size_t budget, size_t share = 1);
+  static constexpr size_t kMinSweepSlots = 64;
 
   struct PolicyUsage {
     int64_t keys = 0;      // live keys
@@ -231,6 +239,7 @@ class Store {
     std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
     int64_t next_reclaim_ms = 0;  // ReclaimLocked passes this stripe by until then; mu
+    int64_t reclaim_backoff_ms = 0;  // the wait after the next pass that finds nothing; mu
   };
   // One policy's counts, on a cache line of their own.
   struct alignas(64) PolicyKeys {
@@ -239,7 +248,8 @@ class Store {
     std::atomic<int64_t> refusals{0};
     KeyBudget budget;
   };
-  size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget);  // with stripe.mu held
+  size_t SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget,
+                     size_t share);  // with stripe.mu held
   // Each policy's time for a sweep at now_ms (its calendar's for a calendar policy); kNoTime
   // for a calendar policy without a clock.
   void PolicyTimes(int64_t now_ms, std::vector<int64_t>& out) const;

@@ -296,6 +296,31 @@ policies:
   EXPECT_EQ(d.store().usage(log).keys, 0);
 }
 
+// The server's sweeper asks for a share of each table per tick: a sweep with share 10 looks
+// at about a tenth of a table (at least kMinSweepSlots), so expired keys go over ten sweeps
+// and every one has gone after them.
+TEST(StoreBudget, ASweepWithAShareLooksAtThatShareOfEachTable) {
+  const PolicySet p = Parse(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 1, window: 1s, class: billing}
+)");
+  StoreDriver d(p, 100'000, /*stripes=*/1);
+  for (int i = 0; i < 4000; ++i) ASSERT_TRUE(d.Charge(0, "k" + std::to_string(i), 1000));
+  // A second later every key is fresh again.
+  const size_t first = d.store().Sweep(3000, 1'000'000, 10);
+  EXPECT_GT(first, 0u);
+  EXPECT_LT(first, 1000u) << "a tenth of the table's slots, not all of them";
+  size_t erased = first;
+  for (int i = 1; i < 10; ++i) erased += d.store().Sweep(3000, 1'000'000, 10);
+  EXPECT_EQ(erased, 4000u);
+  EXPECT_EQ(d.store().usage(0).keys, 0);
+  EXPECT_EQ(d.store().usage(0).units, 0);
+  // A small table is looked at kMinSweepSlots at a time at least: whole, here.
+  StoreDriver small(p, 100'000, /*stripes=*/1);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(small.Charge(0, "s" + std::to_string(i), 5000));
+  EXPECT_EQ(small.store().Sweep(7000, 1'000'000, 1000), 40u);
+}
+
 TEST(StoreBudget, ALogHoldsAtMostMinOfLAndWEntriesAndItsBufferAtMostTheNextPowerOfTwo) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(testing::SeedTrace(seed));
@@ -483,6 +508,94 @@ policies:
   clock.Advance(1);
   EXPECT_EQ(check("later"), wire::Status::Ok);
   EXPECT_EQ(passes(), 2);
+}
+
+}  // namespace
+}  // namespace limiter
+
+namespace limiter {
+namespace {
+
+int64_t ReclaimPasses(Node& node) {
+  for (const auto& [name, value] : node.Stats())
+    if (name == "reclaim_passes") return value;
+  return -1;
+}
+
+// While a stripe's passes find nothing, it waits twice as long after each one (100, 200, 400,
+// 800, 1600, 1600 ms); a pass that reclaims something starts the wait over.
+TEST(StoreBudget, FruitlessReclaimPassesBackOffExponentiallyAndAReclaimResetsIt) {
+  const PolicySet p = Parse(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
+)");
+  ManualClock clock(1'000'000);
+  NodeOptions options;
+  options.store.max_keys = 20;
+  options.store.stripes = 1;
+  Node node(p, clock, options);
+  Node::Worker& worker = node.AddWorker();
+  auto check = [&](const std::string& key) { return CheckOnce(node, worker, "cheap", key).first; };
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(check("k" + std::to_string(i)), wire::Status::Ok);
+  int64_t passes = 0;
+  int fresh = 0;
+  for (const int64_t wait : {0, 100, 200, 400, 800, 1600, 1600}) {
+    SCOPED_TRACE("after a wait of " + std::to_string(wait) + " ms");
+    if (wait > 0) {
+      clock.Advance(wait - 1);
+      EXPECT_EQ(check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
+      EXPECT_EQ(ReclaimPasses(node), passes) << "a pass before the wait was over";
+      clock.Advance(1);
+    }
+    EXPECT_EQ(check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
+    EXPECT_EQ(ReclaimPasses(node), ++passes);
+  }
+  // An hour on, every key is fresh again: the next pass (due by now) reclaims them, and the
+  // wait after the next fruitless pass is 100 ms again.
+  clock.Advance(3'600'000);
+  ASSERT_EQ(check("after-an-hour"), wire::Status::Ok);
+  EXPECT_EQ(ReclaimPasses(node), ++passes);
+  for (int i = 0; i < 19; ++i) ASSERT_EQ(check("refill" + std::to_string(i)), wire::Status::Ok);
+  EXPECT_EQ(check("one-too-many"), wire::Status::KeysExhausted);
+  EXPECT_EQ(ReclaimPasses(node), ++passes);
+  clock.Advance(Store::kReclaimBackoffMs);
+  EXPECT_EQ(check("one-more"), wire::Status::KeysExhausted);
+  EXPECT_EQ(ReclaimPasses(node), ++passes);
+}
+
+// One frame of new keys on every stripe, all refused at a full budget with nothing expired,
+// makes one reclaim pass, not one per stripe; the next frame makes the next one.
+TEST(StoreBudget, AFrameMakesAtMostOneFruitlessReclaimPass) {
+  const PolicySet p = Parse(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 64}
+)");
+  ManualClock clock(1'000'000);
+  NodeOptions options;
+  options.store.max_keys = 64;
+  options.store.stripes = 8;
+  Node node(p, clock, options);
+  Node::Worker& worker = node.AddWorker();
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(CheckOnce(node, worker, "cheap", "k" + std::to_string(i)).first, wire::Status::Ok);
+  }
+  ASSERT_EQ(ReclaimPasses(node), 0);
+  auto frame_of_new_keys = [&](const std::string& prefix) {
+    RequestBuilder b;
+    for (int i = 0; i < 200; ++i) b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
+    std::vector<uint8_t> out;
+    node.HandleFrame(worker, b.Finish(), out);
+    const FrameResult f = DecodeFrame(out, 1u << 20);
+    std::vector<uint64_t> aligned;
+    const wire::Reply* r = VerifiedReply(f.body, aligned);
+    ASSERT_NE(r, nullptr);
+    ASSERT_EQ(r->ops()->size(), 200u);
+    for (const wire::OpReply* op : *r->ops()) EXPECT_EQ(op->status(), wire::Status::KeysExhausted);
+  };
+  frame_of_new_keys("a");
+  EXPECT_EQ(ReclaimPasses(node), 1);
+  frame_of_new_keys("b");
+  EXPECT_EQ(ReclaimPasses(node), 2);
 }
 
 }  // namespace
