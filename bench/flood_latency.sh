@@ -1,0 +1,67 @@
+#!/bin/bash
+# The key-flood benchmark of the README ("Under a key flood"): a legitimate client's latency
+# while another client with the secret floods one policy with new keys.
+#
+#   bench/flood_latency.sh BUILD_DIR RATE [RUNS]
+#
+# RATE: the flood's new keys a second after its warm-up (4,000,000 new keys at once, of which
+# the policy keeps 1,000,000); 0 starts no flood at all. The node (one worker) and the flood
+# share core 0, the legitimate client (20,000 checks/s, one check a frame) has core 1. Each
+# run prints the legitimate client's latency, the flood's ops a second while it measured, the
+# node's CPU and RSS. Traffic stays on 127.0.0.1; ports 7621 and 7622 must be free.
+set -euo pipefail
+
+build=${1:?usage: $0 BUILD_DIR RATE [RUNS]}
+rate=${2:?usage: $0 BUILD_DIR RATE [RUNS]}
+runs=${3:-1}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+node_pid=""
+flood_pid=""
+cleanup() {
+  [ -n "$flood_pid" ] && kill "$flood_pid" 2>/dev/null && wait "$flood_pid" 2>/dev/null
+  [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/secret"
+
+# The flooded policy's ops the node has decided or refused.
+cheap_ops() {
+  curl -s 127.0.0.1:7622/metrics |
+    awk '/^limiter_(decisions_total|policy_key_refusals_total)\{policy="cheap"/ {s += $2} END {print s + 0}'
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+for ((run = 1; run <= runs; ++run)); do
+  taskset -c 0 "$build/server/limiterd" --policies "$here/flood_policies.yaml" \
+    --listen 127.0.0.1:7621 --admin 127.0.0.1:7622 --threads 1 --max-keys 2000000 \
+    --secret-file "$work/secret" > "$work/node.log" 2>&1 &
+  node_pid=$!
+  for _ in $(seq 50); do curl -sf 127.0.0.1:7622/metrics > /dev/null && break; sleep 0.1; done
+  if [ "$rate" != 0 ]; then
+    taskset -c 0 "$build/bench/limiter-bench" node --server 127.0.0.1:7621 --policy cheap \
+      --keys 4000000 --rate "$rate" --batch 256 --duration 40 --secret-file "$work/secret" \
+      > "$work/flood.log" 2>&1 &
+    flood_pid=$!
+    sleep 14  # the warm-up burst
+  fi
+  ops0=$(cheap_ops)
+  cpu0=$(cpu_ticks "$node_pid")
+  taskset -c 1 "$build/bench/limiter-bench" node --server 127.0.0.1:7621 --policy bench \
+    --keys 10000 --rate 20000 --batch 1 --duration 12 --secret-file "$work/secret" \
+    > "$work/legit.log" 2>&1
+  cpu1=$(cpu_ticks "$node_pid")
+  ops1=$(cheap_ops)
+  echo "run $run, flood $rate new keys/s: $(grep -E '^node ' "$work/legit.log")"
+  echo "  flood while measured: $(((ops1 - ops0) / 12)) ops/s; node CPU $(((cpu1 - cpu0) / 12))%;" \
+    "node $(grep VmRSS "/proc/$node_pid/status" | tr -s ' \t' ' ')"
+  if [ -n "$flood_pid" ]; then
+    kill "$flood_pid" 2>/dev/null || true
+    wait "$flood_pid" 2>/dev/null || true
+    flood_pid=""
+  fi
+  kill "$node_pid"
+  wait "$node_pid" 2>/dev/null || true
+  node_pid=""
+done
