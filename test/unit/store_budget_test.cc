@@ -476,115 +476,101 @@ policies:
 namespace limiter {
 namespace {
 
+// A node with one policy and a small key bound, for the reclaim passes at the bound.
+struct SmallNode {
+  SmallNode(const std::string& yaml, int64_t max_keys, size_t stripes)
+      : policies(Parse(yaml)), clock(1'000'000), node(policies, clock, Options(max_keys, stripes)),
+        worker(node.AddWorker()) {}
+  static NodeOptions Options(int64_t max_keys, size_t stripes) {
+    NodeOptions options;
+    options.store.max_keys = max_keys;
+    options.store.stripes = stripes;
+    return options;
+  }
+  wire::Status Check(const std::string& key) {
+    return CheckOnce(node, worker, policies.policies().front().name, key).first;
+  }
+  int64_t ReclaimPasses() {
+    for (const auto& [name, value] : node.Stats())
+      if (name == "reclaim_passes") return value;
+    return -1;
+  }
+  PolicySet policies;
+  ManualClock clock;
+  Node node;
+  Node::Worker& worker;
+};
+
 // A new key at a full budget reclaims expired keys itself, but a stripe whose pass found
 // nothing is left alone for kReclaimBackoffMs: keys that expire meanwhile wait for the
 // sweeper or the next pass.
 TEST(StoreBudget, ARefusedNewKeyScansAStripeAtMostOncePerBackoff) {
-  const PolicySet p = Parse(R"(
+  SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 20}
-)");
-  ManualClock clock(1'000'000);
-  NodeOptions options;
-  options.store.max_keys = 20;
-  options.store.stripes = 1;
-  Node node(p, clock, options);
-  Node::Worker& worker = node.AddWorker();
-  auto check = [&](const std::string& key) { return CheckOnce(node, worker, "cheap", key).first; };
-  auto passes = [&] {
-    for (const auto& [name, value] : node.Stats())
-      if (name == "reclaim_passes") return value;
-    return int64_t{-1};
-  };
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(check("k" + std::to_string(i)), wire::Status::Ok);
+)", 20, 1);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   // Full, and nothing has expired: one pass, then none for 1000 more new keys.
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(check("new" + std::to_string(i)), wire::Status::KeysExhausted);
-  EXPECT_EQ(passes(), 1);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(n.Check("new" + std::to_string(i)), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), 1);
   // One check of 100/s is fresh again after 10 ms; within the backoff the keys stay.
-  clock.Advance(Store::kReclaimBackoffMs - 1);
-  EXPECT_EQ(check("later"), wire::Status::KeysExhausted);
-  EXPECT_EQ(passes(), 1);
+  n.clock.Advance(Store::kReclaimBackoffMs - 1);
+  EXPECT_EQ(n.Check("later"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), 1);
   // After it, the next new key's pass reclaims them and it is admitted.
-  clock.Advance(1);
-  EXPECT_EQ(check("later"), wire::Status::Ok);
-  EXPECT_EQ(passes(), 2);
-}
-
-}  // namespace
-}  // namespace limiter
-
-namespace limiter {
-namespace {
-
-int64_t ReclaimPasses(Node& node) {
-  for (const auto& [name, value] : node.Stats())
-    if (name == "reclaim_passes") return value;
-  return -1;
+  n.clock.Advance(1);
+  EXPECT_EQ(n.Check("later"), wire::Status::Ok);
+  EXPECT_EQ(n.ReclaimPasses(), 2);
 }
 
 // While a stripe's passes find nothing, it waits twice as long after each one (100, 200, 400,
 // 800, 1600, 1600 ms); a pass that reclaims something starts the wait over.
 TEST(StoreBudget, FruitlessReclaimPassesBackOffExponentiallyAndAReclaimResetsIt) {
-  const PolicySet p = Parse(R"(
+  SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
-)");
-  ManualClock clock(1'000'000);
-  NodeOptions options;
-  options.store.max_keys = 20;
-  options.store.stripes = 1;
-  Node node(p, clock, options);
-  Node::Worker& worker = node.AddWorker();
-  auto check = [&](const std::string& key) { return CheckOnce(node, worker, "cheap", key).first; };
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(check("k" + std::to_string(i)), wire::Status::Ok);
+)", 20, 1);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   int64_t passes = 0;
   int fresh = 0;
   for (const int64_t wait : {0, 100, 200, 400, 800, 1600, 1600}) {
     SCOPED_TRACE("after a wait of " + std::to_string(wait) + " ms");
     if (wait > 0) {
-      clock.Advance(wait - 1);
-      EXPECT_EQ(check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
-      EXPECT_EQ(ReclaimPasses(node), passes) << "a pass before the wait was over";
-      clock.Advance(1);
+      n.clock.Advance(wait - 1);
+      EXPECT_EQ(n.Check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
+      EXPECT_EQ(n.ReclaimPasses(), passes) << "a pass before the wait was over";
+      n.clock.Advance(1);
     }
-    EXPECT_EQ(check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
-    EXPECT_EQ(ReclaimPasses(node), ++passes);
+    EXPECT_EQ(n.Check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
+    EXPECT_EQ(n.ReclaimPasses(), ++passes);
   }
   // An hour on, every key is fresh again: the next pass (due by now) reclaims them, and the
   // wait after the next fruitless pass is 100 ms again.
-  clock.Advance(3'600'000);
-  ASSERT_EQ(check("after-an-hour"), wire::Status::Ok);
-  EXPECT_EQ(ReclaimPasses(node), ++passes);
-  for (int i = 0; i < 19; ++i) ASSERT_EQ(check("refill" + std::to_string(i)), wire::Status::Ok);
-  EXPECT_EQ(check("one-too-many"), wire::Status::KeysExhausted);
-  EXPECT_EQ(ReclaimPasses(node), ++passes);
-  clock.Advance(Store::kReclaimBackoffMs);
-  EXPECT_EQ(check("one-more"), wire::Status::KeysExhausted);
-  EXPECT_EQ(ReclaimPasses(node), ++passes);
+  n.clock.Advance(3'600'000);
+  ASSERT_EQ(n.Check("after-an-hour"), wire::Status::Ok);
+  EXPECT_EQ(n.ReclaimPasses(), ++passes);
+  for (int i = 0; i < 19; ++i) ASSERT_EQ(n.Check("refill" + std::to_string(i)), wire::Status::Ok);
+  EXPECT_EQ(n.Check("one-too-many"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), ++passes);
+  n.clock.Advance(Store::kReclaimBackoffMs);
+  EXPECT_EQ(n.Check("one-more"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), ++passes);
 }
 
 // One frame of new keys on every stripe, all refused at a full budget with nothing expired,
 // makes one reclaim pass, not one per stripe; the next frame makes the next one.
 TEST(StoreBudget, AFrameMakesAtMostOneFruitlessReclaimPass) {
-  const PolicySet p = Parse(R"(
+  SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 64}
-)");
-  ManualClock clock(1'000'000);
-  NodeOptions options;
-  options.store.max_keys = 64;
-  options.store.stripes = 8;
-  Node node(p, clock, options);
-  Node::Worker& worker = node.AddWorker();
-  for (int i = 0; i < 64; ++i) {
-    ASSERT_EQ(CheckOnce(node, worker, "cheap", "k" + std::to_string(i)).first, wire::Status::Ok);
-  }
-  ASSERT_EQ(ReclaimPasses(node), 0);
+)", 64, 8);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  ASSERT_EQ(n.ReclaimPasses(), 0);
   auto frame_of_new_keys = [&](const std::string& prefix) {
     RequestBuilder b;
     for (int i = 0; i < 200; ++i) b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
     std::vector<uint8_t> out;
-    node.HandleFrame(worker, b.Finish(), out);
+    n.node.HandleFrame(n.worker, b.Finish(), out);
     const FrameResult f = DecodeFrame(out, 1u << 20);
     std::vector<uint64_t> aligned;
     const wire::Reply* r = VerifiedReply(f.body, aligned);
@@ -593,9 +579,9 @@ policies:
     for (const wire::OpReply* op : *r->ops()) EXPECT_EQ(op->status(), wire::Status::KeysExhausted);
   };
   frame_of_new_keys("a");
-  EXPECT_EQ(ReclaimPasses(node), 1);
+  EXPECT_EQ(n.ReclaimPasses(), 1);
   frame_of_new_keys("b");
-  EXPECT_EQ(ReclaimPasses(node), 2);
+  EXPECT_EQ(n.ReclaimPasses(), 2);
 }
 
 }  // namespace
