@@ -224,8 +224,8 @@ std::string Node::RenderMetrics() {
   Header(out, "limiter_evictions_total", "counter", "Expired keys reclaimed.");
   out << "limiter_evictions_total " << stat("evictions") << '\n';
   Header(out, "limiter_reclaim_passes_total", "counter",
-         "Stripes scanned for expired keys by a new key that found no room (while they find "
-         "nothing: one pass a frame, and a stripe waits 100 ms after it, doubling to 1.6 s).");
+         "Stripes scanned for expired keys by a new key that found no room (after a pass that "
+         "let no key in, a stripe waits 100-150 ms, doubling to 1.6-2.4 s).");
   out << "limiter_reclaim_passes_total " << stat("reclaim_passes") << '\n';
   Header(out, "limiter_refusals_total", "counter", "New keys refused at max_keys.");
   out << "limiter_refusals_total " << stat("refusals") << '\n';

@@ -167,7 +167,6 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   const auto started = std::chrono::steady_clock::now();
   w.counters.frames.Add();
   w.frame_ops = 0;
-  w.fruitless_reclaims = Worker::kFruitlessReclaimsPerFrame;
   // Odd from here to the end of the frame (every return): see Export.
   struct InFrame {
     std::atomic<uint64_t>& seq;

@@ -92,10 +92,6 @@ class Node::Worker {
                           // a state moved to a new region share)
   uint64_t durable_seq = 0;       // the durable batch this worker's replies wait for
   size_t frame_ops = 0;           // ops in the last frame handled (Node::FrameOps)
-  // Reclaim passes that find nothing this frame may still make (Store::ReclaimLocked): one a
-  // frame, so that a frame of new keys refused at a budget scans at most one stripe.
-  int fruitless_reclaims = kFruitlessReclaimsPerFrame;
-  static constexpr int kFruitlessReclaimsPerFrame = 1;
   std::string routing;            // a sub-bucket's routing key, "key#i"
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.

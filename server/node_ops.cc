@@ -15,13 +15,14 @@ namespace {
 // Reserves room for every limit of the op to take one charge: a new key, or a sliding log's
 // growth (Store::ReserveCharge). Before anything is decided, so that a refusal changes no
 // state. At the bound, expired keys in the locked stripes are reclaimed and, if any were, it
-// tries once more. Reclaiming moves slots, and may take the op's own keys if they had expired
+// tries once more; if that admits it, the stripes' reclaim waits start over
+// (Store::ReclaimHelped). Reclaiming moves slots, and may take the op's own keys if they had expired
 // (never a log the op holds), so the slots are found again. Returns -1, or the policy that
 // had no room: then nothing is reserved, the states taken are given back, and the refusal is
 // counted against that policy.
 template <class Entries>
 int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, int64_t now,
-                size_t sweep_budget, int& fruitless_reclaims) {
+                size_t sweep_budget) {
   for (int attempt = 0;; ++attempt) {
     size_t reserved = 0;
     while (reserved < entries.size()) {
@@ -29,7 +30,10 @@ int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, i
       if (!store.ReserveCharge(e.policy, e.slot, e.limiter)) break;
       ++reserved;
     }
-    if (reserved == entries.size()) return -1;
+    if (reserved == entries.size()) {
+      if (attempt == 1) store.ReclaimHelped(lock);
+      return -1;
+    }
     // A log's growth stays with its slot (Pack or GiveBack settles it); new keys' go back.
     for (size_t i = 0; i < reserved; ++i) {
       if (entries[i].slot == nullptr) {
@@ -38,7 +42,7 @@ int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, i
     }
     // A pass that reclaimed nothing moved no slot and freed no room: refuse at once (a flood
     // of new keys at a full budget then costs one lookup a key).
-    if (attempt == 1 || store.ReclaimLocked(lock, now, sweep_budget, fruitless_reclaims) == 0) {
+    if (attempt == 1 || store.ReclaimLocked(lock, now, sweep_budget) == 0) {
       const int refused = entries[reserved].policy;
       store.NoteRefusal(refused);
       for (auto& e : entries) store.GiveBack(e.policy, std::move(e.limiter), e.slot);
@@ -174,8 +178,7 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     if (!Load(w, r)) return;
-    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget,
-                                         w.fruitless_reclaims);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));
@@ -232,8 +235,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
     Store::StripeLock lock(store_, w.stripes);
     if (RedirectToSplit(w, now, r)) return;
     if (!Load(w, r)) return;
-    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget,
-                                         w.fruitless_reclaims);
+    if (const int refused = ReserveRoom(store_, entries, lock, now, options_.sweep_budget);
         refused >= 0) {
       w.counters.refusals.Add();
       r.Fail(wire::Status::KeysExhausted, KeysExhausted(store_, policies_, refused));

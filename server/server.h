@@ -29,10 +29,12 @@ struct ServerOptions {
   int64_t frame_timeout_ms = 10'000;     // a frame begun must be whole this soon, or close
   int64_t max_connections = 10'000;      // over all workers; more are accepted and closed
   int64_t sweep_interval_ms = 100;
-  // The sweeper goes over every key table once in this time, a share of each per interval:
-  // idle keys are reclaimed within about this long (at once at the key bound, where new keys
-  // reclaim them), and a node holding millions of keys spends well under a millisecond of
-  // each interval on them instead of milliseconds at a time.
+  // The sweeper goes over every key table once in this time, a share of each per interval (at
+  // most the node's sweep_budget slots of a table: tables of over 400,000 slots per stripe
+  // take longer): idle keys are reclaimed within about this long, sooner at the key bound,
+  // where a new key that finds no room reclaims its stripe (Store::ReclaimLocked), and a node
+  // holding millions of keys spends well under a millisecond of each interval on them instead
+  // of milliseconds at a time.
   int64_t sweep_cycle_ms = 10'000;
   std::string members_dns;  // resolved into the node's member list, periodically
   int64_t dns_refresh_ms = 5000;

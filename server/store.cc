@@ -12,6 +12,13 @@
 namespace limiter {
 namespace {
 
+// A 64-bit finalizer (splitmix64's): nearby inputs give unrelated outputs.
+uint64_t MixBits(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+  return x ^ (x >> 31);
+}
+
 // A sliding log's slot: its state on the heap, and the key units recorded for it, the top
 // bit marking a state lent out by Take.
 struct LogSlot {
@@ -444,27 +451,30 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget, size_t 
   return erased;
 }
 
-size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget,
-                            int& fruitless) {
+size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget) {
   size_t erased = 0;
   for (size_t s : lock.stripes()) {
-    if (fruitless <= 0) break;
     Stripe& stripe = *stripes_[s];
     if (now < stripe.next_reclaim_ms) continue;
-    reclaim_passes_.fetch_add(1, std::memory_order_relaxed);
-    const size_t n = SweepStripe(stripe, now, budget, 1);
-    if (n == 0) {
-      --fruitless;
-      stripe.reclaim_backoff_ms =
-          std::clamp(stripe.reclaim_backoff_ms * 2, kReclaimBackoffMs, kMaxReclaimBackoffMs);
-      stripe.next_reclaim_ms = now + stripe.reclaim_backoff_ms;
-    } else {
-      stripe.reclaim_backoff_ms = 0;
-      stripe.next_reclaim_ms = 0;
-    }
-    erased += n;
+    const auto pass =
+        static_cast<uint64_t>(reclaim_passes_.fetch_add(1, std::memory_order_relaxed));
+    erased += SweepStripe(stripe, now, budget, 1);
+    const int64_t wait =
+        std::clamp(stripe.reclaim_backoff_ms * 2, kReclaimBackoffMs, kMaxReclaimBackoffMs);
+    stripe.reclaim_backoff_ms = wait;
+    // The jitter only spreads the stripes out: a hash of which stripe and which pass will do.
+    const uint64_t mixed = MixBits(pass * 0x9e3779b97f4a7c15u + s);
+    stripe.next_reclaim_ms =
+        now + wait + static_cast<int64_t>(mixed % static_cast<uint64_t>(wait / 2 + 1));
   }
   return erased;
+}
+
+void Store::ReclaimHelped(const StripeLock& lock) {
+  for (size_t s : lock.stripes()) {
+    stripes_[s]->reclaim_backoff_ms = 0;
+    stripes_[s]->next_reclaim_ms = 0;
+  }
 }
 
 size_t Store::Sweep(int64_t now, size_t budget, size_t share) {

@@ -149,13 +149,14 @@ class Store {
   // Reclaims expired keys in the locked stripes, looking at up to `budget` slots in each: a
   // new key that finds no room tries this before it is refused. A flood of new keys refused
   // at a budget must cost a lookup each, not a scan each (the sweeper goes on meanwhile), so
-  //   - a stripe whose pass found nothing is not looked at again for kReclaimBackoffMs,
-  //     doubled after each such pass up to kMaxReclaimBackoffMs (a pass that reclaims
-  //     something starts it over);
-  //   - at most `fruitless` passes that find nothing are made: the caller's allowance (the
-  //     node gives each frame one), decremented by each; at 0 no pass is made. Passes that
-  //     reclaim keys are not limited: they make the room new keys need.
-  size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget, int& fruitless);
+  // after a pass a stripe is not looked at again for a wait: kReclaimBackoffMs after its
+  // first, doubled after each further one up to kMaxReclaimBackoffMs, plus up to half of it
+  // at random so that stripes passed together do not all come due together (a frame of new
+  // keys would make a pass over each). A pass that let the key in is followed by
+  // ReclaimHelped, which starts the waits over; one that reclaimed keys of other policies, or
+  // too few, counts as one that found nothing.
+  size_t ReclaimLocked(const StripeLock& lock, int64_t now_ms, size_t budget);
+  void ReclaimHelped(const StripeLock& lock);
   static constexpr int64_t kReclaimBackoffMs = 100;
   static constexpr int64_t kMaxReclaimBackoffMs = 1600;
   // Reclaim passes made over a stripe (ReclaimLocked), for /metrics and tests.
@@ -239,7 +240,7 @@ class Store {
     std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
     int64_t next_reclaim_ms = 0;  // ReclaimLocked passes this stripe by until then; mu
-    int64_t reclaim_backoff_ms = 0;  // the wait after the next pass that finds nothing; mu
+    int64_t reclaim_backoff_ms = 0;  // the last wait set by ReclaimLocked, less its jitter; mu
   };
   // One policy's counts, on a cache line of their own.
   struct alignas(64) PolicyKeys {

@@ -11,6 +11,7 @@
 
 #include "client/node_connection.h"
 #include "client/request_builder.h"
+#include "common/frame_codec.h"
 #include "common/wire.h"
 #include "test/integration/node_process.h"
 
@@ -156,6 +157,48 @@ TEST_F(NodeIntegration, PipelinedFramesAreAnsweredInOrder) {
     allowed += (*r)->ops()->Get(0)->allowed() + (*r)->ops()->Get(1)->allowed();
   }
   EXPECT_EQ(allowed, 5);
+}
+
+// Frames beyond one turn of the worker (256 ops) wait for a turn posted behind the other
+// connections: sent in one write, four frames of 256 ops and then a malformed one are all
+// answered, in order, then the error, then the close.
+TEST_F(NodeIntegration, FramesBeyondATurnAreAnsweredInOrderThenAFramingErrorCloses) {
+  auto c = Connect();
+  auto other = Connect();
+  std::vector<uint8_t> bytes;
+  RequestBuilder b;
+  uint64_t id = 0;
+  for (int frame = 0; frame < 4; ++frame) {
+    b.Clear();
+    for (int i = 0; i < 256; ++i) b.Check(id++, "hourly", "turn" + std::to_string(frame));
+    AppendFrame(bytes, b.Finish());
+  }
+  bytes.insert(bytes.end(), {0, 0, 0, 0});  // a frame of length 0
+  ASSERT_FALSE(c->SendRaw(bytes));
+  uint64_t next = 0;
+  for (int frame = 0; frame < 4; ++frame) {
+    Result<const wire::Reply*> r = c->Receive();
+    ASSERT_TRUE(r.ok()) << r.error();
+    ASSERT_NE((*r)->ops(), nullptr);
+    ASSERT_EQ((*r)->ops()->size(), 256u);
+    for (const wire::OpReply* op : *(*r)->ops()) {
+      EXPECT_EQ(op->id(), next++);
+      EXPECT_TRUE(op->allowed());
+    }
+  }
+  Result<const wire::Reply*> error = c->Receive();
+  ASSERT_TRUE(error.ok()) << error.error();
+  ASSERT_NE((*error)->error(), nullptr);
+  EXPECT_EQ((*error)->error()->str(), "frame length 0");
+  EXPECT_FALSE(c->Receive().ok());
+  EXPECT_TRUE(c->closed());
+  // The other connection on the node was not held up for good.
+  b.Clear();
+  b.Check(1, "hourly", "other");
+  ASSERT_FALSE(other->Send(b.Finish()));
+  Result<const wire::Reply*> r = other->Receive();
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_TRUE((*r)->ops()->Get(0)->allowed());
 }
 
 TEST_F(NodeIntegration, FramingErrorsCloseThatConnectionOnly) {

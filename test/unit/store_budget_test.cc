@@ -502,8 +502,8 @@ struct SmallNode {
 };
 
 // A new key at a full budget reclaims expired keys itself, but a stripe whose pass found
-// nothing is left alone for kReclaimBackoffMs: keys that expire meanwhile wait for the
-// sweeper or the next pass.
+// nothing is left alone for kReclaimBackoffMs (plus up to half of it): keys that expire
+// meanwhile wait for the sweeper or the next pass.
 TEST(StoreBudget, ARefusedNewKeyScansAStripeAtMostOncePerBackoff) {
   SmallNode n(R"(
 policies:
@@ -517,14 +517,15 @@ policies:
   n.clock.Advance(Store::kReclaimBackoffMs - 1);
   EXPECT_EQ(n.Check("later"), wire::Status::KeysExhausted);
   EXPECT_EQ(n.ReclaimPasses(), 1);
-  // After it, the next new key's pass reclaims them and it is admitted.
-  n.clock.Advance(1);
+  // After it and its jitter, the next new key's pass reclaims them and it is admitted.
+  n.clock.Advance(Store::kReclaimBackoffMs / 2 + 1);
   EXPECT_EQ(n.Check("later"), wire::Status::Ok);
   EXPECT_EQ(n.ReclaimPasses(), 2);
 }
 
-// While a stripe's passes find nothing, it waits twice as long after each one (100, 200, 400,
-// 800, 1600, 1600 ms); a pass that reclaims something starts the wait over.
+// While a stripe's passes do not let the key in, it waits twice as long after each one (100,
+// 200, 400, 800, 1600, 1600 ms, each plus up to half of it); a pass that lets a key in starts
+// the waits over.
 TEST(StoreBudget, FruitlessReclaimPassesBackOffExponentiallyAndAReclaimResetsIt) {
   SmallNode n(R"(
 policies:
@@ -533,17 +534,19 @@ policies:
   for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   int64_t passes = 0;
   int fresh = 0;
-  for (const int64_t wait : {0, 100, 200, 400, 800, 1600, 1600}) {
-    SCOPED_TRACE("after a wait of " + std::to_string(wait) + " ms");
-    if (wait > 0) {
-      n.clock.Advance(wait - 1);
-      EXPECT_EQ(n.Check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
-      EXPECT_EQ(n.ReclaimPasses(), passes) << "a pass before the wait was over";
-      n.clock.Advance(1);
-    }
+  // A new key before the wait is over makes no pass; one after its longest jitter makes one.
+  auto waits = [&](int64_t wait) {
+    SCOPED_TRACE("a wait of " + std::to_string(wait) + " ms");
+    n.clock.Advance(wait - 1);
     EXPECT_EQ(n.Check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
-    EXPECT_EQ(n.ReclaimPasses(), ++passes);
-  }
+    EXPECT_EQ(n.ReclaimPasses(), passes) << "a pass before the wait was over";
+    n.clock.Advance(wait / 2 + 1);
+    EXPECT_EQ(n.Check("new" + std::to_string(++fresh)), wire::Status::KeysExhausted);
+    EXPECT_EQ(n.ReclaimPasses(), ++passes) << "no pass after the wait and its jitter";
+  };
+  EXPECT_EQ(n.Check("new0"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), ++passes);
+  for (const int64_t wait : {100, 200, 400, 800, 1600, 1600}) waits(wait);
   // An hour on, every key is fresh again: the next pass (due by now) reclaims them, and the
   // wait after the next fruitless pass is 100 ms again.
   n.clock.Advance(3'600'000);
@@ -552,36 +555,67 @@ policies:
   for (int i = 0; i < 19; ++i) ASSERT_EQ(n.Check("refill" + std::to_string(i)), wire::Status::Ok);
   EXPECT_EQ(n.Check("one-too-many"), wire::Status::KeysExhausted);
   EXPECT_EQ(n.ReclaimPasses(), ++passes);
-  n.clock.Advance(Store::kReclaimBackoffMs);
-  EXPECT_EQ(n.Check("one-more"), wire::Status::KeysExhausted);
-  EXPECT_EQ(n.ReclaimPasses(), ++passes);
+  waits(Store::kReclaimBackoffMs);
 }
 
-// One frame of new keys on every stripe, all refused at a full budget with nothing expired,
-// makes one reclaim pass, not one per stripe; the next frame makes the next one.
-TEST(StoreBudget, AFrameMakesAtMostOneFruitlessReclaimPass) {
+// A pass that reclaims only other policies' keys does not make room under a policy's own
+// cap: it counts as fruitless, so a flood on the capped policy does not scan its stripe for
+// every refused key while the other policy's keys keep expiring.
+TEST(StoreBudget, APassThatFreesNoRoomForTheRefusedPolicyStillBacksOff) {
   SmallNode n(R"(
 policies:
-  - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 64}
-)", 64, 8);
-  for (int i = 0; i < 64; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
-  ASSERT_EQ(n.ReclaimPasses(), 0);
+  - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
+  - {name: busy, algorithm: gcra, limit: 100, window: 1s, class: billing}
+)", 1000, 1);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  auto busy_keys = [&](const std::string& prefix) {
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_EQ(CheckOnce(n.node, n.worker, "busy", prefix + std::to_string(i)).first,
+                wire::Status::Ok);
+    }
+  };
+  busy_keys("a");
+  n.clock.Advance(20);  // busy's keys are fresh again after 10 ms
+  EXPECT_EQ(n.Check("flood1"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), 1);
+  EXPECT_EQ(n.node.store().usage(1).keys, 0) << "the pass reclaimed busy's keys";
+  // More of busy's keys expire; the next flood key within the wait makes no pass.
+  busy_keys("b");
+  n.clock.Advance(20);
+  EXPECT_EQ(n.Check("flood2"), wire::Status::KeysExhausted);
+  EXPECT_EQ(n.ReclaimPasses(), 1);
+}
+
+// Stripes passed at one instant come due again at different times, so that a frame of new
+// keys over every stripe does not make a pass over each every 100 ms.
+TEST(StoreBudget, StripesPassedTogetherComeDueApart) {
+  SmallNode n(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 640}
+)", 640, 64);
+  for (int i = 0; i < 640; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   auto frame_of_new_keys = [&](const std::string& prefix) {
     RequestBuilder b;
-    for (int i = 0; i < 200; ++i) b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
+    for (int i = 0; i < 2000; ++i) b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
     std::vector<uint8_t> out;
     n.node.HandleFrame(n.worker, b.Finish(), out);
-    const FrameResult f = DecodeFrame(out, 1u << 20);
+    const FrameResult f = DecodeFrame(out, 1u << 24);
     std::vector<uint64_t> aligned;
     const wire::Reply* r = VerifiedReply(f.body, aligned);
     ASSERT_NE(r, nullptr);
-    ASSERT_EQ(r->ops()->size(), 200u);
+    ASSERT_EQ(r->ops()->size(), 2000u);
     for (const wire::OpReply* op : *r->ops()) EXPECT_EQ(op->status(), wire::Status::KeysExhausted);
   };
-  frame_of_new_keys("a");
-  EXPECT_EQ(n.ReclaimPasses(), 1);
+  frame_of_new_keys("a");  // 2,000 keys: every one of the 64 stripes
+  ASSERT_EQ(n.ReclaimPasses(), 64);
+  n.clock.Advance(Store::kReclaimBackoffMs + Store::kReclaimBackoffMs / 4);
   frame_of_new_keys("b");
-  EXPECT_EQ(n.ReclaimPasses(), 2);
+  const int64_t due = n.ReclaimPasses() - 64;
+  EXPECT_GT(due, 0);
+  EXPECT_LT(due, 64);
+  n.clock.Advance(Store::kReclaimBackoffMs / 4 + 1);
+  frame_of_new_keys("c");
+  EXPECT_EQ(n.ReclaimPasses(), 128) << "every stripe is due after the longest jitter";
 }
 
 }  // namespace
