@@ -16,10 +16,10 @@ namespace {
 // growth (Store::ReserveCharge). Before anything is decided, so that a refusal changes no
 // state. At the bound, expired keys in the locked stripes are reclaimed and, if any were, it
 // tries once more; if that admits it, the stripes' reclaim waits start over
-// (Store::ReclaimHelped). Reclaiming moves slots, and may take the op's own keys if they had expired
-// (never a log the op holds), so the slots are found again. Returns -1, or the policy that
-// had no room: then nothing is reserved, the states taken are given back, and the refusal is
-// counted against that policy.
+// (Store::ReclaimHelped). Reclaiming moves slots, and may take the op's own keys if they had
+// expired (never a log the op holds), so the slots are found again. Returns -1, or the policy
+// that had no room: then nothing is reserved, the states taken are given back, and the
+// refusal is counted against that policy.
 template <class Entries>
 int ReserveRoom(Store& store, Entries& entries, const Store::StripeLock& lock, int64_t now,
                 size_t sweep_budget) {

@@ -511,7 +511,9 @@ policies:
 )", 20, 1);
   for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   // Full, and nothing has expired: one pass, then none for 1000 more new keys.
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(n.Check("new" + std::to_string(i)), wire::Status::KeysExhausted);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(n.Check("new" + std::to_string(i)), wire::Status::KeysExhausted);
+  }
   EXPECT_EQ(n.ReclaimPasses(), 1);
   // One check of 100/s is fresh again after 10 ms; within the backoff the keys stay.
   n.clock.Advance(Store::kReclaimBackoffMs - 1);
@@ -596,7 +598,9 @@ policies:
   for (int i = 0; i < 640; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
   auto frame_of_new_keys = [&](const std::string& prefix) {
     RequestBuilder b;
-    for (int i = 0; i < 2000; ++i) b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
+    for (int i = 0; i < 2000; ++i) {
+      b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
+    }
     std::vector<uint8_t> out;
     n.node.HandleFrame(n.worker, b.Finish(), out);
     const FrameResult f = DecodeFrame(out, 1u << 24);
