@@ -444,14 +444,15 @@ void Server::Run() {
   s.Accept();
   for (auto& w : s.workers) s.Reap(*w);
   s.sweeper = std::thread([&s] {
+    // Each tick sweeps this share of every table (Node::Sweep).
+    const auto share = static_cast<size_t>(std::max<int64_t>(
+        1, s.options.sweep_cycle_ms / std::max<int64_t>(1, s.options.sweep_interval_ms)));
     std::unique_lock<std::mutex> lock(s.sweep_mu);
     auto next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (!s.stopping) {
       s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.sweep_interval_ms));
       if (s.stopping) break;
-      s.node.Sweep(static_cast<size_t>(
-          std::max<int64_t>(1, s.options.sweep_cycle_ms /
-                                    std::max<int64_t>(1, s.options.sweep_interval_ms))));
+      s.node.Sweep(share);
       if (std::chrono::steady_clock::now() >= next_tick) {
         s.node.Tick();  // hot keys: a second's epoch
         next_tick += std::chrono::seconds(1);

@@ -490,6 +490,10 @@ struct SmallNode {
   wire::Status Check(const std::string& key) {
     return CheckOnce(node, worker, policies.policies().front().name, key).first;
   }
+  // Admits keys k0..k{count-1}: the policy's budget full.
+  void Fill(int count) {
+    for (int i = 0; i < count; ++i) ASSERT_EQ(Check("k" + std::to_string(i)), wire::Status::Ok);
+  }
   int64_t ReclaimPasses() {
     for (const auto& [name, value] : node.Stats())
       if (name == "reclaim_passes") return value;
@@ -509,7 +513,7 @@ TEST(StoreBudget, ARefusedNewKeyScansAStripeAtMostOncePerBackoff) {
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 20}
 )", 20, 1);
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   // Full, and nothing has expired: one pass, then none for 1000 more new keys.
   for (int i = 0; i < 1000; ++i) {
     ASSERT_EQ(n.Check("new" + std::to_string(i)), wire::Status::KeysExhausted);
@@ -533,7 +537,7 @@ TEST(StoreBudget, FruitlessReclaimPassesBackOffExponentiallyAndAReclaimResetsIt)
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
 )", 20, 1);
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   int64_t passes = 0;
   int fresh = 0;
   // A new key before the wait is over makes no pass; one after its longest jitter makes one.
@@ -569,7 +573,7 @@ policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
   - {name: busy, algorithm: gcra, limit: 100, window: 1s, class: billing}
 )", 1000, 1);
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   auto busy_keys = [&](const std::string& prefix) {
     for (int i = 0; i < 30; ++i) {
       ASSERT_EQ(CheckOnce(n.node, n.worker, "busy", prefix + std::to_string(i)).first,
@@ -595,7 +599,7 @@ TEST(StoreBudget, StripesPassedTogetherComeDueApart) {
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 640}
 )", 640, 64);
-  for (int i = 0; i < 640; ++i) ASSERT_EQ(n.Check("k" + std::to_string(i)), wire::Status::Ok);
+  ASSERT_NO_FATAL_FAILURE(n.Fill(640));
   auto frame_of_new_keys = [&](const std::string& prefix) {
     RequestBuilder b;
     for (int i = 0; i < 2000; ++i) {
@@ -620,6 +624,44 @@ policies:
   n.clock.Advance(Store::kReclaimBackoffMs / 4 + 1);
   frame_of_new_keys("c");
   EXPECT_EQ(n.ReclaimPasses(), 128) << "every stripe is due after the longest jitter";
+}
+
+// Eight workers add new keys to one capped policy at once while time moves on: the reclaim
+// passes at the bound (their waits and resets under each stripe's lock) let keys in as old
+// ones expire, and the counts stay exact and within the cap.
+TEST(StoreBudget, WorkersReclaimingAtTheBoundTogetherKeepTheCountsExact) {
+  SmallNode n(R"(
+policies:
+  - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 200}
+)", 1000, 8);
+  std::vector<Node::Worker*> workers;
+  for (int t = 0; t < 8; ++t) workers.push_back(&n.node.AddWorker());
+  std::atomic<int64_t> admitted{0};
+  std::atomic<int64_t> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1500; ++i) {
+        const wire::Status status =
+            CheckOnce(n.node, *workers[static_cast<size_t>(t)], "cheap",
+                      std::to_string(t) + "/" + std::to_string(i))
+                .first;
+        EXPECT_TRUE(status == wire::Status::Ok || status == wire::Status::KeysExhausted)
+            << wire::EnumNameStatus(status);
+        (status == wire::Status::Ok ? admitted : refused).fetch_add(1);
+        n.clock.Advance(1);  // a key is fresh again 10 ms after its check
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const Store::PolicyUsage usage = n.node.store().usage(0);
+  const Store::Tally tally = n.node.store().Recount(0);
+  EXPECT_EQ(usage.keys, tally.keys);
+  EXPECT_EQ(usage.units, tally.units);
+  EXPECT_LE(usage.keys, 200);
+  EXPECT_EQ(usage.refusals, refused.load());
+  EXPECT_GT(admitted.load(), 200) << "expired keys were reclaimed for new ones";
+  EXPECT_GT(refused.load(), 0);
 }
 
 }  // namespace
