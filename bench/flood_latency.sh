@@ -9,7 +9,9 @@
 # share core 0, the legitimate client (20,000 checks/s, one check a frame, on one connection,
 # for SECONDS, 12 by default) has core 1. Each run prints the legitimate client's latency and
 # how late its own sends were, the flood's ops a second while it measured, the node's CPU and
-# RSS. Traffic stays on 127.0.0.1; ports 7621 and 7622 must be free.
+# RSS; before it, with the flood alone for 4 s, the node's average time a frame (its
+# limiter_frame_duration_seconds). Traffic stays on 127.0.0.1; ports 7621 and 7622 must be
+# free.
 #
 # The flood's generator runs at nice FLOOD_NICE (19 by default): a real flood comes from other
 # machines, and at nice 19 the generator takes the node's core only when the node does not
@@ -41,6 +43,13 @@ cheap_ops() {
     awk '/^limiter_(decisions_total|policy_key_refusals_total)\{policy="cheap"/ {s += $2} END {print s + 0}'
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The node's frames so far and the seconds it spent handling them.
+frame_totals() {
+  curl -s 127.0.0.1:7622/metrics | awk '
+    /^limiter_frame_duration_seconds_count/ {n = $2}
+    /^limiter_frame_duration_seconds_sum/ {s = $2}
+    END {print n, s}'
+}
 
 for ((run = 1; run <= runs; ++run)); do
   taskset -c 0 "$build/server/limiterd" --policies "$here/flood_policies.yaml" \
@@ -54,6 +63,13 @@ for ((run = 1; run <= runs; ++run)); do
       --duration $((seconds + 28)) --secret-file "$work/secret" > "$work/flood.log" 2>&1 &
     flood_pid=$!
     sleep 14  # the warm-up burst
+    # The flood alone for 4 s: what a frame of it costs the node.
+    read -r frames0 busy0 <<< "$(frame_totals)"
+    sleep 4
+    read -r frames1 busy1 <<< "$(frame_totals)"
+    awk -v f="$((frames1 - frames0))" -v b0="$busy0" -v b1="$busy1" 'BEGIN {
+      printf "  flood alone: %d frames/s, %.0f us a frame on average\n",
+        f / 4, f ? (b1 - b0) / f * 1e6 : 0 }'
   fi
   ops0=$(cheap_ops)
   cpu0=$(cpu_ticks "$node_pid")

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <new>
+#include <utility>
 
 namespace limiter {
 namespace {
@@ -11,6 +12,20 @@ constexpr size_t kInitialCapacity = 8;
 bool OverLoaded(size_t size, size_t capacity) { return size * 5 > capacity * 4; }
 
 }  // namespace
+
+KeyTable& KeyTable::operator=(KeyTable&& other) noexcept {
+  slots_ = std::move(other.slots_);
+  capacity_ = std::exchange(other.capacity_, 0);
+  size_ = std::exchange(other.size_, 0);
+  PublishHint();
+  other.PublishHint();
+  return *this;
+}
+
+void KeyTable::PublishHint() {
+  hint_base_.store(reinterpret_cast<uintptr_t>(slots_.get()), std::memory_order_relaxed);
+  hint_capacity_.store(capacity_, std::memory_order_relaxed);
+}
 
 Slot* KeyTable::Find(const KeyId& id) {
   if (size_ == 0) return nullptr;
@@ -63,6 +78,7 @@ void KeyTable::Grow() {
   old.swap(slots_);
   const size_t old_capacity = capacity_;
   capacity_ = capacity;
+  PublishHint();
   for (size_t i = 0; i < old_capacity; ++i) {
     const Slot& s = old[i];
     if (Empty(s)) continue;

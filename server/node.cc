@@ -211,9 +211,15 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   }
   w.replies.clear();
   w.peer = request->peer();
+  w.ahead = {};
   if (const auto* ops = request->ops()) {
     w.frame_ops = ops->size();
-    for (const wire::Op* op : *ops) {
+    // Each op's key is worked out, and its slot prefetched, while the op before it runs.
+    Ahead next = ops->size() > 0 ? Lookahead(*ops->Get(0)) : Ahead{};
+    for (flatbuffers::uoffset_t i = 0; i < ops->size(); ++i) {
+      const wire::Op* op = ops->Get(i);
+      w.ahead = next;
+      next = i + 1 < ops->size() ? Lookahead(*ops->Get(i + 1)) : Ahead{};
       OpResult r;
       w.results.clear();
       HandleOp(w, *op, *membership, now, r);
@@ -230,6 +236,7 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
       }
     }
   }
+  w.ahead = {};
   const auto ops = fbb.CreateVector(w.replies);
   wire::ReplyBuilder reply(fbb);
   if (!hello.IsNull()) reply.add_hello(hello);
@@ -382,6 +389,26 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
   }
 }
 
+Node::Ahead Node::Lookahead(const wire::Op& op) const {
+  Ahead a;
+  const auto* limits = op.limits();
+  if (limits == nullptr || limits->size() == 0 || op.split_k() != 0) return a;
+  const wire::Limit* limit = limits->Get(0);
+  const auto it = policy_index_.find(limit->policy() ? limit->policy()->string_view() : "");
+  if (it == policy_index_.end()) return a;
+  const Policy& p = policies_.policies()[static_cast<size_t>(it->second)];
+  const std::string_view key = limit->key() ? limit->key()->string_view() : "";
+  const std::string_view tenant = op.tenant() ? op.tenant()->string_view() : std::string_view();
+  // Nothing is hashed for an op Resolve refuses anyway.
+  if (!protocol::KeyInBounds(key) || tenant.size() > kMaxKeyBytes) return a;
+  a.op = &op;
+  a.policy = it->second;
+  a.slot = Ring::SlotOf(protocol::RoutingKey(p, key, tenant));
+  a.id = protocol::LimitIdInSlot(p, key, tenant, a.slot);
+  store_.Prefetch(a.policy, a.id);
+  return a;
+}
+
 // Fills w.entries with the op's limits, then their ancestors keyed by the tenant, once each.
 bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool single,
                    CostUse cost_use, int64_t now, OpResult& r) {
@@ -454,13 +481,18 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     const wire::Limit* limit = limits->Get(static_cast<flatbuffers::uoffset_t>(i));
     const auto where = [i] { return "limits[" + std::to_string(i) + "]"; };  // errors only
     const std::string_view name = limit->policy() ? limit->policy()->string_view() : "";
-    const auto it = policy_index_.find(name);
-    if (it == policy_index_.end()) {
-      r.Fail(wire::Status::UnknownPolicy, where() + ".policy: no policy named '" +
-                                              std::string(name.substr(0, kMaxNameBytes)) + "'");
-      return false;
+    const bool ahead = i == 0 && w.ahead.op == &op;  // worked out already (Lookahead)
+    int policy = w.ahead.policy;
+    if (!ahead) {
+      const auto it = policy_index_.find(name);
+      if (it == policy_index_.end()) {
+        r.Fail(wire::Status::UnknownPolicy, where() + ".policy: no policy named '" +
+                                                std::string(name.substr(0, kMaxNameBytes)) + "'");
+        return false;
+      }
+      policy = it->second;
     }
-    const Policy& p = policies_.policies()[static_cast<size_t>(it->second)];
+    const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
     const std::string_view key = limit->key() ? limit->key()->string_view() : "";
     if (!protocol::KeyInBounds(key)) {  // the message is made only when it is needed
       r.Fail(wire::Status::BadRequest, *protocol::KeyError(key, where() + ".key"));
@@ -472,13 +504,14 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
     }
     // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
     std::string_view routing = protocol::RoutingKey(p, key, tenant);
-    uint32_t slot = Ring::SlotOf(routing);
-    if (!add(it->second, protocol::LimitIdInSlot(p, key, tenant, slot), key, false)) {
+    uint32_t slot = ahead ? w.ahead.slot : Ring::SlotOf(routing);
+    if (!add(policy, ahead ? w.ahead.id : protocol::LimitIdInSlot(p, key, tenant, slot), key,
+             false)) {
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
     if (split_k != 0) {
-      const std::vector<Rate>& cached = sub_rates_[static_cast<size_t>(it->second)];
+      const std::vector<Rate>& cached = sub_rates_[static_cast<size_t>(policy)];
       const std::optional<Rate> share =
           split_k == options_.hot.split_k && split_index < cached.size()
               ? std::optional<Rate>(cached[split_index])

@@ -287,6 +287,7 @@ class Node {
  private:
   struct OpResult;
   struct Entry;
+  struct Ahead;
   enum class Gate { kProceed, kAnswered, kRefused };
   // Before a connection's peer has proved the secret: a challenge for a nonce, the proof
   // checked (kProceed: the frame's ops may be handled, `node_proof` is the node's answer),
@@ -303,6 +304,11 @@ class Node {
   void SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t epoch,
                  int64_t valid_ms, OpResult& r);
   void HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t now, OpResult& r);
+  // The policy and id of the op's first limit, worked out before the op is handled so that
+  // the key's slot can be prefetched meanwhile (Store::Prefetch); Resolve takes them from
+  // w.ahead instead of working them out again. Empty for an op Resolve would refuse or
+  // resolve another way (a sub-bucket).
+  Ahead Lookahead(const wire::Op& op) const;
   // The reply of one handled op, appended to the worker's replies.
   void EncodeReply(Worker& w, const wire::Op& op, const Membership& m, OpResult& r);
   enum class CostUse { kCharge, kUnits, kNone };

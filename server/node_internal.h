@@ -53,6 +53,14 @@ struct Node::Entry {
   }
 };
 
+// An op's first limit resolved ahead of the op (Node::Lookahead): valid for that op only.
+struct Node::Ahead {
+  const wire::Op* op = nullptr;  // the op it was worked out for; null: nothing ahead
+  int policy = 0;
+  uint32_t slot = 0;  // the routing key's ring slot
+  KeyId id;
+};
+
 // What an op's reply says: the wire fields, set by the op (the views among them are filled
 // in when the reply is encoded), and the strings they point into.
 struct Node::OpResult {
@@ -93,6 +101,7 @@ class Node::Worker {
   uint64_t durable_seq = 0;       // the durable batch this worker's replies wait for
   size_t frame_ops = 0;           // ops in the last frame handled (Node::FrameOps)
   std::string routing;            // a sub-bucket's routing key, "key#i"
+  Ahead ahead;                    // the op being handled's first limit, if worked out ahead
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.
   std::mutex hot_mu;

@@ -137,6 +137,10 @@ Store::StripeLock::~StripeLock() {
   for (size_t i = count_; i-- > 0;) store_.stripes_[stripes_[i]]->mu.unlock();
 }
 
+void Store::Prefetch(int policy, const KeyId& id) const {
+  stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Prefetch(id);
+}
+
 Slot* Store::Find(int policy, const KeyId& id) {
   return stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Find(id);
 }

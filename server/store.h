@@ -123,6 +123,9 @@ class Store {
     size_t count_;
   };
 
+  // Any thread, no lock: a hint that the key will be looked up soon (KeyTable::Prefetch).
+  void Prefetch(int policy, const KeyId& id) const;
+
   // --- With the key's stripe locked ---
   Slot* Find(int policy, const KeyId& id);
   // A copy of the state in a slot (a fresh state for nullptr), to look at.
@@ -235,7 +238,9 @@ class Store {
  private:
   struct Stripe {
     std::mutex mu;
-    std::vector<KeyTable> tables;  // per policy; guarded by mu
+    // Per policy; each table guarded by mu (but for KeyTable::Prefetch). The vector itself
+    // does not change after the store is made.
+    std::vector<KeyTable> tables;
     std::vector<size_t> cursors;   // per policy, where Sweep goes on; guarded by mu
     std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu

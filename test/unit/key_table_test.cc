@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "test/unit/test_seed.h"
@@ -147,6 +148,34 @@ TEST(KeyTable, InsertedStateIsZeroed) {
   table.Erase(slot);
   slot = table.Insert({5, 6});
   EXPECT_EQ(Mark(*slot), 0u);
+}
+
+// Tables live in a vector per stripe: a moved table keeps its keys, and the one it was moved
+// from is an empty table that still works (Prefetch included, which reads the published
+// address and capacity).
+TEST(KeyTable, AMovedTableKeepsItsKeysAndLeavesAnEmptyOne) {
+  KeyTable from;
+  Model model;
+  for (uint64_t i = 1; i <= 100; ++i) {
+    SetMark(*from.Insert({i, i * 7}), i);
+    model[{i, i * 7}] = i;
+  }
+  KeyTable to(std::move(from));
+  ExpectSame(to, model);
+  EXPECT_EQ(from.size(), 0u);  // NOLINT(bugprone-use-after-move): the moved-from state
+  EXPECT_EQ(from.bytes(), 0u);
+  EXPECT_EQ(from.Find({1, 7}), nullptr);
+  from.Prefetch({1, 7});
+  to.Prefetch({1, 7});
+  SetMark(*from.Insert({500, 1}), 500);
+  EXPECT_EQ(Mark(*from.Find({500, 1})), 500u);
+
+  KeyTable assigned;
+  assigned.Insert({9, 9});
+  assigned = std::move(to);
+  ExpectSame(assigned, model);
+  EXPECT_EQ(assigned.Find({9, 9}), nullptr);
+  EXPECT_EQ(to.size(), 0u);  // NOLINT(bugprone-use-after-move)
 }
 
 // The header's claim: growth by 1.25x keeps the load between 0.64 and 0.8, so a key costs

@@ -1,0 +1,242 @@
+// A frame of many ops is answered op for op as frames of one op each would be. The node works
+// out each op's key while the op before it runs (Node::Lookahead) and prefetches its slot; it
+// must never apply one op's key to another, whatever the frame mixes: policies, nesting,
+// several limits, refused ops, sub-bucket ops, the same op again.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/request_builder.h"
+#include "common/policy_file.h"
+#include "common/protocol.h"
+#include "common/wire.h"
+#include "server/node.h"
+#include "server/store.h"
+#include "test/unit/test_seed.h"
+
+namespace limiter {
+namespace {
+
+const char* kPolicies = R"(
+policies:
+  - {name: tenant, algorithm: gcra, limit: 30, window: 1s, class: contract}
+  - {name: api_key, algorithm: token_bucket, limit: 10, window: 1s, class: contract,
+     parent: tenant}
+  - {name: ip, algorithm: fixed_window, limit: 5, window: 1s, class: security}
+  - {name: user, algorithm: sliding_log, limit: 3, window: 1s, class: contract}
+)";
+
+PolicySet Policies() {
+  Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
+  EXPECT_TRUE(p.ok()) << p.error();
+  return std::move(p).value();
+}
+
+// One node and its worker; Send answers a frame with one line per op.
+class Side {
+ public:
+  Side(const PolicySet& policies, const Clock& clock, int64_t max_keys = 1000)
+      : node_(policies, clock, Options(max_keys)), worker_(&node_.AddWorker()) {}
+
+  std::vector<std::string> Send(std::span<const uint8_t> body) {
+    reply_.clear();
+    node_.HandleFrame(*worker_, body, reply_);
+    const FrameResult f = DecodeFrame(reply_, 64u << 20);
+    EXPECT_EQ(f.status, FrameStatus::kFrame);
+    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    std::vector<std::string> lines;
+    if (reply == nullptr || reply->ops() == nullptr) return lines;
+    for (const wire::OpReply* op : *reply->ops()) lines.push_back(Describe(*op));
+    return lines;
+  }
+
+  Node& node() { return node_; }
+  Node::Worker& AddWorker() { return node_.AddWorker(); }
+
+ private:
+  static NodeOptions Options(int64_t max_keys) {
+    NodeOptions options;
+    options.store.max_keys = max_keys;
+    options.store.stripes = 8;
+    return options;
+  }
+
+  static std::string Describe(const wire::OpReply& r) {
+    std::string s = "op " + std::to_string(r.id()) + " status " +
+                    std::to_string(static_cast<int>(r.status())) +
+                    (r.allowed() ? " allowed" : " denied") + " by " +
+                    std::to_string(r.denied_by()) + " retry " + std::to_string(r.retry_after_ms());
+    if (r.error()) s += " error '" + r.error()->str() + "'";
+    if (r.results()) {
+      for (const wire::LimitResult* l : *r.results()) {
+        s += " left " + std::to_string(l->remaining());
+      }
+    }
+    if (r.state()) s += " inspected";
+    return s;
+  }
+
+  Node node_;
+  Node::Worker* worker_;
+  std::vector<uint8_t> reply_;
+  std::vector<uint64_t> aligned_;
+};
+
+// A key a plain check named: policy, key, tenant.
+struct Named {
+  std::string policy, key, tenant;
+  auto operator<=>(const Named&) const = default;
+};
+
+// Appends one random op to both builders: `batch` (the many-op frame) and `single` (its own).
+// The key it names when it is a plain check.
+std::optional<Named> AddRandomOp(std::mt19937_64& rng, uint64_t id, RequestBuilder& batch,
+                                 RequestBuilder& single) {
+  const std::string key = "k" + std::to_string(rng() % 6);
+  const std::string tenant = "t" + std::to_string(rng() % 3);
+  static const char* kNamed[] = {"tenant", "api_key", "ip", "user"};
+  const std::string policy = kNamed[rng() % 4];
+  const uint64_t kind = id % 11 == 0 ? rng() % 6 : 6;  // mostly plain checks
+  for (RequestBuilder* b : {&batch, &single}) {
+    switch (kind) {
+      case 0:
+        b->Check(id, "no_such_policy", key);
+        break;
+      case 1:
+        b->Check(id, policy, "", tenant);  // an empty key: refused
+        break;
+      case 2:
+        b->Inspect(id, policy, key, tenant);
+        break;
+      case 3: {
+        const std::pair<std::string_view, std::string_view> limits[] = {{"ip", key},
+                                                                          {"user", key}};
+        b->CheckMany(id, limits, {}, 1);
+        break;
+      }
+      case 4:
+        b->OnSubBucket(4, 1, 1);  // no split was made: refused
+        b->Check(id, policy, key, tenant);
+        break;
+      case 5:
+        b->Check(id, "api_key", key);  // api_key nests under a tenant: refused without one
+        break;
+      default:
+        b->Check(id, policy, key, policy == "api_key" ? tenant : "");
+    }
+  }
+  if (kind != 6) return std::nullopt;
+  return Named{policy, key, policy == "api_key" ? tenant : ""};
+}
+
+// Whether the node holds the key under the id a gateway works out for it (protocol::LimitId,
+// not the node's own path).
+bool Holds(Node& node, const PolicySet& policies, const Named& n) {
+  const auto& all = policies.policies();
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (all[p].name != n.policy) continue;
+    const KeyId id = protocol::LimitId(all[p], n.key, n.tenant);
+    Store& store = node.store();
+    const size_t stripe = store.StripeOf(id);
+    Store::StripeLock lock(store, std::span<const size_t>(&stripe, 1));
+    return store.Find(static_cast<int>(p), id) != nullptr;
+  }
+  return false;
+}
+
+TEST(NodeBatchTest, AFrameOfManyOpsAnswersEachAsAFrameOfOneWould) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const PolicySet policies = Policies();
+  ManualClock clock(1'000'000);
+  Side batched(policies, clock);
+  Side single(policies, clock);
+  uint64_t id = 0;
+  int ops = 0;
+  std::set<Named> named;
+  for (int frame = 0; frame < 300; ++frame) {
+    RequestBuilder batch;
+    std::vector<std::vector<std::string>> expected;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      RequestBuilder one;
+      if (std::optional<Named> n = AddRandomOp(rng, ++id, batch, one)) named.insert(*n);
+      expected.push_back(single.Send(one.Finish()));
+    }
+    const std::vector<std::string> got = batched.Send(batch.Finish());
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(expected[i].size(), 1u);
+      ASSERT_EQ(got[i], expected[i][0]) << "frame " << frame << ", op " << i << " of " << n;
+    }
+    ops += n;
+    clock.Advance(static_cast<int64_t>(rng() % 300));
+  }
+  EXPECT_GT(ops, 3000);
+  // Both nodes keep each key where anyone would look for it: the ids were not only the same
+  // on both sides but the right ones.
+  EXPECT_GT(named.size(), 20u);
+  for (const Named& n : named) {
+    EXPECT_TRUE(Holds(batched.node(), policies, n)) << n.policy << " " << n.key << " " << n.tenant;
+    EXPECT_TRUE(Holds(single.node(), policies, n)) << n.policy << " " << n.key << " " << n.tenant;
+  }
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_EQ(batched.node().store().Recount(p).keys, single.node().store().Recount(p).keys);
+  }
+}
+
+// Workers that add keys grow the tables while other workers prefetch into them.
+TEST(NodeBatchTest, WorkersAddingKeysTogetherEachGetTheirOwn) {
+  const PolicySet policies = Policies();
+  ManualClock clock(1'000'000);
+  Side side(policies, clock, /*max_keys=*/100'000);
+  constexpr int kThreads = 4;
+  constexpr int kFrames = 100;
+  constexpr int kKeysPerFrame = 50;
+  std::vector<Node::Worker*> workers;
+  for (int t = 0; t < kThreads; ++t) workers.push_back(&side.AddWorker());
+  std::vector<int> allowed(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> out;
+      std::vector<uint64_t> aligned;
+      for (int f = 0; f < kFrames; ++f) {
+        RequestBuilder b;
+        for (int k = 0; k < kKeysPerFrame; ++k) {
+          // Each key twice in a row: the second check finds the slot the first made.
+          const std::string key =
+              std::to_string(t) + "-" + std::to_string(f * kKeysPerFrame + k);
+          b.Check(1, "ip", key);
+          b.Check(2, "ip", key);
+        }
+        out.clear();
+        side.node().HandleFrame(*workers[static_cast<size_t>(t)], b.Finish(), out);
+        const FrameResult frame = DecodeFrame(out, 64u << 20);
+        const wire::Reply* reply = VerifiedReply(frame.body, aligned);
+        if (reply == nullptr || reply->ops() == nullptr) return;
+        for (const wire::OpReply* op : *reply->ops()) {
+          if (op->status() == wire::Status::Ok && op->allowed() &&
+              op->results()->Get(0)->remaining() == (op->id() == 1 ? 4 : 3)) {
+            ++allowed[static_cast<size_t>(t)];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(allowed[static_cast<size_t>(t)], kFrames * kKeysPerFrame * 2) << "worker " << t;
+  }
+  EXPECT_EQ(side.node().store().Recount(2).keys, kThreads * kFrames * kKeysPerFrame);
+}
+
+}  // namespace
+}  // namespace limiter
