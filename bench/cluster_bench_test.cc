@@ -16,9 +16,13 @@
 #include "bench/cluster_bench.h"
 #include "bench/fleet_report.h"
 #include "bench/node_load.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {
+
+const std::string kBenchPolicies = testing::SourcePath("bench/policies.yaml");
+const std::string kClusterPolicies = testing::SourcePath("bench/cluster_policies.yaml");
 
 TEST(CpuBudgetTest, LimitsAProcessAndCleansUp) {
   EXPECT_FALSE(CpuBudget::Apply(1, 0).ok());  // a budget must be positive
@@ -59,8 +63,8 @@ TEST_P(ClusterSmokeTest, RunsAtReducedRateAndKeepsEveryPromise) {
                           std::to_string(::getpid());
   ClusterBenchOptions o;
   o.scenario = GetParam();
-  o.limiterd = LIMITERD_BIN;
-  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.limiterd = testing::LimiterdBin();
+  o.policies = kClusterPolicies;
   o.duration_s = 3;
   o.warmup_s = 1;
   o.rate = 3000;
@@ -114,7 +118,7 @@ TEST(ClusterPartsTest, TwoPartsMergeIntoTheSingleRun) {
   auto options = [&](const std::vector<std::string>& cluster) {
     ClusterBenchOptions o;
     o.cluster = cluster;
-    o.policies = LIMITER_CLUSTER_POLICIES;
+    o.policies = kClusterPolicies;
     o.duration_s = 2;
     o.warmup_s = 1;
     o.rate = 400;
@@ -126,8 +130,8 @@ TEST(ClusterPartsTest, TwoPartsMergeIntoTheSingleRun) {
   };
   auto start = [&]() {
     LocalNodeOptions node;
-    node.program = LIMITERD_BIN;
-    node.policies = LIMITER_CLUSTER_POLICIES;
+    node.program = testing::LimiterdBin();
+    node.policies = kClusterPolicies;
     Result<std::vector<LocalNode>> nodes = StartLocalCluster(3, node);
     EXPECT_TRUE(nodes.ok()) << nodes.error();
     return nodes.ok() ? std::move(nodes).value() : std::vector<LocalNode>{};
@@ -168,7 +172,7 @@ TEST(ClusterPartsTest, TwoPartsMergeIntoTheSingleRun) {
   EXPECT_EQ(part0["parts_included"], nlohmann::json::array({0}));
   MergeOptions m;
   m.parts = {dir + "/part1.json", dir + "/part0.json"};
-  m.policies = LIMITER_CLUSTER_POLICIES;
+  m.policies = kClusterPolicies;
   m.json_file = dir + "/merged.json";
   m.report_dir = dir + "/merged";
   std::ostringstream out, err;
@@ -294,24 +298,24 @@ TEST(ClusterPartsTest, MergeRefusesPartsThatAreNotOneRun) {
     return std::make_pair(code, err.str());
   };
   const int64_t t0 = 1'700'000'000'000'000;
-  auto [code, err] = merge({part(0, 1, t0), part(1, 2, t0)}, LIMITER_CLUSTER_POLICIES);
+  auto [code, err] = merge({part(0, 1, t0), part(1, 2, t0)}, kClusterPolicies);
   EXPECT_EQ(code, 1);
   EXPECT_NE(err.find("is a part of another run"), std::string::npos) << err;
   std::tie(code, err) =
-      merge({part(0, 1, t0), part(1, 1, t0 + 2 * 3'600'000'000)}, LIMITER_CLUSTER_POLICIES);
+      merge({part(0, 1, t0), part(1, 1, t0 + 2 * 3'600'000'000)}, kClusterPolicies);
   EXPECT_EQ(code, 1);
   EXPECT_NE(err.find("more than an hour apart"), std::string::npos) << err;
-  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, LIMITER_BENCH_POLICIES);
+  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, kBenchPolicies);
   EXPECT_EQ(code, 2);
   EXPECT_NE(err.find("has no policy 'api_key'"), std::string::npos) << err;
-  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, LIMITER_CLUSTER_POLICIES);
+  std::tie(code, err) = merge({part(0, 1, t0), part(1, 1, t0 + 1000)}, kClusterPolicies);
   EXPECT_EQ(code, 0) << err;
   std::filesystem::remove_all(dir);
 }
 
 TEST(ClusterBenchErrorTest, APartNeedsAPartialReportFile) {
   ClusterBenchOptions o;
-  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.policies = kClusterPolicies;
   o.part = 1;
   o.parts = 2;
   std::ostringstream out, err;
@@ -326,7 +330,7 @@ TEST(ClusterBenchErrorTest, APartNeedsAPartialReportFile) {
 TEST(ClusterBenchErrorTest, AnUnknownScenarioIsOneErrorLine) {
   ClusterBenchOptions o;
   o.scenario = "5m";
-  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.policies = kClusterPolicies;
   std::ostringstream out, err;
   EXPECT_EQ(RunClusterBench(o, out, err), 2);
   EXPECT_EQ(err.str(), "limiter-bench cluster: unknown scenario '5m' (known: 50k, 500k)\n");
@@ -335,7 +339,7 @@ TEST(ClusterBenchErrorTest, AnUnknownScenarioIsOneErrorLine) {
 TEST(ClusterBenchErrorTest, AnUnknownSpreadIsOneErrorLine) {
   ClusterBenchOptions o;
   o.spread = "sideways";
-  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.policies = kClusterPolicies;
   std::ostringstream out, err;
   EXPECT_EQ(RunClusterBench(o, out, err), 2);
   EXPECT_EQ(err.str(),
@@ -344,7 +348,7 @@ TEST(ClusterBenchErrorTest, AnUnknownSpreadIsOneErrorLine) {
 
 TEST(ClusterBenchErrorTest, AReportFolderThatCannotBeMadeIsOneErrorLine) {
   ClusterBenchOptions o;
-  o.policies = LIMITER_CLUSTER_POLICIES;
+  o.policies = kClusterPolicies;
   o.report_dir = "/proc/no-such-folder/report";
   std::ostringstream out, err;
   EXPECT_EQ(RunClusterBench(o, out, err), 1);
@@ -354,7 +358,7 @@ TEST(ClusterBenchErrorTest, AReportFolderThatCannotBeMadeIsOneErrorLine) {
 
 TEST(ClusterBenchErrorTest, APolicyFileWithoutTheScenariosPoliciesIsRefused) {
   ClusterBenchOptions o;
-  o.policies = LIMITER_BENCH_POLICIES;
+  o.policies = kBenchPolicies;
   std::ostringstream out, err;
   EXPECT_EQ(RunClusterBench(o, out, err), 2);
   EXPECT_NE(err.str().find("has no policy 'api_key'"), std::string::npos) << err.str();

@@ -13,9 +13,13 @@
 #include <vector>
 
 #include "bench/node_bench.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {
+
+const std::string kBenchPolicies = testing::SourcePath("bench/policies.yaml");
+const std::string kDurablePolicies = testing::SourcePath("bench/durable_policies.yaml");
 
 TEST(ParseDurabilityListTest, OneOrSeveralModes) {
   Result<std::vector<NodeDurability>> one = ParseDurabilityList("sync");
@@ -194,9 +198,9 @@ TEST(NodeBenchDurableTest, RunsEachDurabilityOnItsOwnNodeAndReportsTheGroupCommi
   if (!DurableStore::Available()) GTEST_SKIP() << "built without RocksDB";
   ScratchDir parent;
   NodeBenchOptions o;
-  o.limiterd = LIMITERD_BIN;
-  o.policies = LIMITER_BENCH_POLICIES;
-  o.durable_policies = LIMITER_DURABLE_POLICIES;
+  o.limiterd = testing::LimiterdBin();
+  o.policies = kBenchPolicies;
+  o.durable_policies = kDurablePolicies;
   o.data_parent = parent.path();
   o.connections = 1;
   o.shape.depth = 2;
@@ -237,8 +241,8 @@ TEST(NodeBenchDurableTest, RunsEachDurabilityOnItsOwnNodeAndReportsTheGroupCommi
 
 TEST(NodeBenchDurableTest, ADurableRunNeedsALocalNodeAndADurablePolicy) {
   NodeBenchOptions o;
-  o.durable_policies = LIMITER_DURABLE_POLICIES;
-  o.policies = LIMITER_BENCH_POLICIES;
+  o.durable_policies = kDurablePolicies;
+  o.policies = kBenchPolicies;
   o.durability = {DurabilityMode::kSync};
   o.server = "127.0.0.1:1";
   std::ostringstream out, err;
@@ -246,7 +250,7 @@ TEST(NodeBenchDurableTest, ADurableRunNeedsALocalNodeAndADurablePolicy) {
   EXPECT_NE(err.str().find("--durable needs a local node"), std::string::npos) << err.str();
 
   o.server.clear();
-  o.durable_policies = LIMITER_BENCH_POLICIES;
+  o.durable_policies = kBenchPolicies;
   o.durable_policy = "bench";
   std::ostringstream out2, err2;
   EXPECT_EQ(RunNodeBench(o, out2, err2), 1);
@@ -257,8 +261,8 @@ TEST(DurableRestartTest, TheKeysSurviveTheRestart) {
   if (!DurableStore::Available()) GTEST_SKIP() << "built without RocksDB";
   ScratchDir parent;
   DurableRestartOptions o;
-  o.limiterd = LIMITERD_BIN;
-  o.policies = LIMITER_DURABLE_POLICIES;
+  o.limiterd = testing::LimiterdBin();
+  o.policies = kDurablePolicies;
   o.keys = 2000;
   o.batch = 100;
   o.sample = 100;

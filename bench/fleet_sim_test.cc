@@ -1,6 +1,7 @@
 // Short runs of `limiter-bench sim`: the report repeats exactly under a seed, the promise
 // holds with and without faults, and bad options are refused with their reason.
 #include "bench/fleet_sim.h"
+#include "test/support/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +13,8 @@
 
 namespace limiter::bench {
 namespace {
+
+const std::string kClusterPolicies = testing::SourcePath("bench/cluster_policies.yaml");
 
 using Json = nlohmann::json;
 
@@ -35,7 +38,7 @@ class FleetSimRun : public ::testing::Test {
   // A small fleet: 8 gateways at 4,000 requests/s for 2 simulated seconds after 1.
   FleetSimOptions Small(uint64_t seed, const std::string& name) {
     FleetSimOptions o;
-    o.policies = LIMITER_CLUSTER_POLICIES;
+    o.policies = kClusterPolicies;
     o.rate = 4000;
     o.gateways = 8;
     o.duration_s = 2;

@@ -10,14 +10,17 @@
 #include <vector>
 
 #include "bench/hot_key_bench.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {
 
+const std::string kBenchPolicies = testing::SourcePath("bench/policies.yaml");
+
 HotKeyBenchOptions Short() {
   HotKeyBenchOptions o;
-  o.limiterd = LIMITERD_BIN;
-  o.policies = LIMITER_BENCH_POLICIES;
+  o.limiterd = testing::LimiterdBin();
+  o.policies = kBenchPolicies;
   o.connections = 1;
   o.batch = 32;
   o.depth = 2;

@@ -15,9 +15,12 @@
 #include <thread>
 
 #include "bench/node_bench.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {
+
+const std::string kBenchPolicies = testing::SourcePath("bench/policies.yaml");
 
 using ::testing::HasSubstr;
 
@@ -275,8 +278,8 @@ class NodeBenchTest : public ::testing::TestWithParam<double> {};
 TEST_P(NodeBenchTest, RunsAgainstALocalNode) {
   NodeBenchOptions o;
   o.shape.rate = GetParam();
-  o.limiterd = LIMITERD_BIN;
-  o.policies = LIMITER_BENCH_POLICIES;
+  o.limiterd = testing::LimiterdBin();
+  o.policies = kBenchPolicies;
   o.connections = 2;
   o.shape.depth = 2;
   o.shape.batch = 16;
@@ -307,7 +310,7 @@ INSTANTIATE_TEST_SUITE_P(ClosedAndOpenLoop, NodeBenchTest, ::testing::Values(0.0
 TEST(NodeBenchErrorTest, AnUnreachableServerIsOneErrorLine) {
   NodeBenchOptions o;
   o.server = "127.0.0.1:1";
-  o.policies = LIMITER_BENCH_POLICIES;
+  o.policies = kBenchPolicies;
   std::ostringstream out, err;
   EXPECT_EQ(RunNodeBench(o, out, err), 1);
   EXPECT_EQ(out.str(), "");

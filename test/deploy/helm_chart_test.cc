@@ -36,13 +36,14 @@
 #include "common/duration.h"
 #include "common/policy_file.h"
 #include "server/config.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
 
 namespace fs = std::filesystem;
 
-const char kChartDir[] = LIMITER_SOURCE_DIR "/helm";
+const std::string kChartDir = testing::SourcePath("helm");
 const char kSecret[] = "0123456789abcdef0123456789abcdef";
 const char kNamespace[] = "ns";
 
@@ -1084,7 +1085,7 @@ struct ComposeNode {
 };
 
 void LoadComposeNode(ComposeNode* out) {
-  const fs::path root = LIMITER_SOURCE_DIR;
+  const fs::path root = testing::SourceDir();
   const YAML::Node compose = YAML::LoadFile((root / "docker-compose.yml").string());
   out->service = compose["services"]["limiterd"];
   ASSERT_TRUE(out->service.IsMap());
@@ -1135,7 +1136,7 @@ TEST(Compose, EachNodeHasADataDirOfItsOwn) {
     EXPECT_EQ(spec.find(data_dir), std::string::npos)
         << "a compose volume at the data dir is shared by the replicas: " << spec;
   }
-  const fs::path root = LIMITER_SOURCE_DIR;
+  const fs::path root = testing::SourceDir();
   std::ifstream dockerfile(root / "Dockerfile");
   std::vector<std::string> volumes;
   for (std::string line; std::getline(dockerfile, line);) {

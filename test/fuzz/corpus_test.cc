@@ -13,15 +13,18 @@
 #include "common/frame_codec.h"
 #include "common/wire.h"
 #include "test/fuzz/frame_fuzz_target.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::fuzz {
 namespace {
 
 namespace fs = std::filesystem;
 
+const std::string kCorpusDir = testing::SourcePath("test/fuzz/corpus");
+
 std::vector<fs::path> CorpusFiles() {
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(LIMITER_FUZZ_CORPUS_DIR)) {
+  for (const auto& entry : fs::directory_iterator(kCorpusDir)) {
     if (entry.is_regular_file()) files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
@@ -55,7 +58,7 @@ struct Replies {
 // earlier ones left, as the fuzzer's inputs do.
 TEST(FrameFuzzCorpus, EveryFileIsAnsweredWithVerifiedReplies) {
   const std::vector<fs::path> files = CorpusFiles();
-  ASSERT_GE(files.size(), 40u) << "the corpus is missing from " << LIMITER_FUZZ_CORPUS_DIR;
+  ASSERT_GE(files.size(), 40u) << "the corpus is missing from " << kCorpusDir;
   for (const fs::path& path : files) {
     SCOPED_TRACE(path.filename().string());
     const std::vector<uint8_t> input = ReadBytes(path);

@@ -16,6 +16,7 @@
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"
 #include "test/support/ctl_runner.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
@@ -27,7 +28,7 @@ policies:
 constexpr int64_t kLimit = 100'000;
 
 std::unique_ptr<Subprocess> StartGateway(std::vector<std::string> args) {
-  args.insert(args.begin(), BILLING_GATEWAY_BIN);
+  args.insert(args.begin(), testing::BillingGatewayBin());
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(args);
   EXPECT_TRUE(p.ok()) << p.error();
   return p.ok() ? std::move(p).value() : nullptr;

@@ -11,6 +11,7 @@
 
 #include "common/subprocess.h"
 #include "test/integration/node_process.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
@@ -38,7 +39,7 @@ Gateway StartGateway(const std::string& node, const std::string& policies,
                      const std::string& policy) {
   Gateway g;
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      {LIMITER_GATEWAY_BIN, "--listen", "127.0.0.1:0", "--policy-file", policies, "--members",
+      {testing::GatewayBin(), "--listen", "127.0.0.1:0", "--policy-file", policies, "--members",
        node, "--policy", policy, "--deadline-ms", "5000"});
   EXPECT_TRUE(p.ok()) << p.error();
   if (!p.ok()) return g;
@@ -113,7 +114,7 @@ TEST(HttpGatewayStartup, BadFlagsAreAMessageAndExitTwo) {
   const std::string policies = WriteTempFile("gateway_bad_policies.yaml", kPolicies);
   Result<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({"/bin/sh", "-c",
-                         std::string(LIMITER_GATEWAY_BIN) + " --listen nowhere --policy-file " +
+                         testing::GatewayBin() + " --listen nowhere --policy-file " +
                              policies + " --members 127.0.0.1:1 2>&1"});
   ASSERT_TRUE(p.ok()) << p.error();
   Result<std::string> line = (*p)->ReadLine(20'000);
@@ -121,7 +122,7 @@ TEST(HttpGatewayStartup, BadFlagsAreAMessageAndExitTwo) {
   EXPECT_EQ(*line, "limiter-gateway: --listen 'nowhere' is not HOST:PORT");
   EXPECT_EQ((*p)->Wait(20'000), 2);
   p = Subprocess::Start({"/bin/sh", "-c",
-                         std::string(LIMITER_GATEWAY_BIN) +
+                         testing::GatewayBin() +
                              " --listen 127.0.0.1:0 --policy-file /nonexistent.yaml --members "
                              "127.0.0.1:1 2>&1"});
   ASSERT_TRUE(p.ok()) << p.error();

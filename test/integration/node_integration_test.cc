@@ -14,6 +14,7 @@
 #include "common/frame_codec.h"
 #include "common/wire.h"
 #include "test/integration/node_process.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
@@ -363,11 +364,11 @@ TEST(NodeStartup, IdleConnectionsAreClosed) {
 TEST(NodeStartup, BadConfigurationIsOneClearMessageAndExitOne) {
   const std::string bad = WriteTempFile("bad_policies.yaml", "policies:\n  - {name: a, limit: 0, window: 1s, class: contract}\n");
   Result<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({LIMITERD_BIN, "--listen", "127.0.0.1:0", "--policies", bad});
+      Subprocess::Start({testing::LimiterdBin(), "--listen", "127.0.0.1:0", "--policies", bad});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->Wait(10'000), 1);
   const std::string config = WriteTempFile("bad_config.yaml", "listen: nowhere\n");
-  p = Subprocess::Start({LIMITERD_BIN, "--config", config});
+  p = Subprocess::Start({testing::LimiterdBin(), "--config", config});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->Wait(10'000), 1);
 }

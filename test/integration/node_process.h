@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/subprocess.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::testing {
 
@@ -40,7 +41,7 @@ inline std::string WriteTempFile(const std::string& name, const std::string& tex
 // prlimit) when given; fails the test if it does not come up. The addresses come from the
 // line it prints when it is ready.
 inline RunningNode Launch(std::vector<std::string> args, std::vector<std::string> wrapper = {}) {
-  args.insert(args.begin(), LIMITERD_BIN);
+  args.insert(args.begin(), LimiterdBin());
   args.insert(args.begin(), wrapper.begin(), wrapper.end());
   RunningNode node;
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(args);
@@ -65,7 +66,7 @@ inline RunningNode Launch(std::vector<std::string> args, std::vector<std::string
 // Runs limiterd with `args` when it is expected to stop by itself (a refused start): its
 // exit status (-1: it did not stop) and the first line it printed, stderr included.
 inline std::pair<int, std::string> RunToExit(const std::vector<std::string>& args) {
-  std::string command = LIMITERD_BIN;
+  std::string command = LimiterdBin();
   for (const std::string& a : args) command += " '" + a + "'";
   Result<std::unique_ptr<Subprocess>> p = Subprocess::Start({"/bin/sh", "-c", command + " 2>&1"});
   if (!p.ok()) return {-1, p.error()};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test/support/ctl_runner.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::ctl {
 namespace {
@@ -15,8 +16,8 @@ namespace {
 using Outcome = testing::CtlOutcome;
 using testing::RunCtl;
 
-const std::string kSeed = std::string(LIMITER_SOURCE_DIR) + "/examples/traces/seed.csv";
-const std::string kPolicies = std::string(LIMITER_SOURCE_DIR) + "/examples/policies.yaml";
+const std::string kSeed = limiter::testing::SourcePath("examples/traces/seed.csv");
+const std::string kPolicies = limiter::testing::SourcePath("examples/policies.yaml");
 
 TEST(CtlReplay, PrintsTheSeedTable) {
   const Outcome o = RunCtl({"replay", "--trace", kSeed, "--algorithm", "all", "--limit", "10",

@@ -4,6 +4,7 @@
 
 #include "common/calendar.h"
 #include "common/policy_file.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
@@ -55,7 +56,7 @@ policies:
 }
 
 TEST(PolicyFile, LoadsTheBundledExampleWithEveryClassAndSetting) {
-  Result<PolicySet> r = LoadPolicyFile(std::string(LIMITER_SOURCE_DIR) + "/examples/policies.yaml");
+  Result<PolicySet> r = LoadPolicyFile(testing::SourcePath("examples/policies.yaml"));
   ASSERT_TRUE(r.ok()) << r.error();
   const Policy* login = r->Find("login");
   ASSERT_NE(login, nullptr);

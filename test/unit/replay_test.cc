@@ -4,13 +4,14 @@
 
 #include "common/policy_file.h"
 #include "common/replay.h"
+#include "test/support/build_paths.h"
 
 namespace limiter {
 namespace {
 
 std::vector<TraceRow> SeedTrace() {
   Result<std::vector<TraceRow>> r =
-      LoadTraceFile(std::string(LIMITER_SOURCE_DIR) + "/examples/traces/seed.csv");
+      LoadTraceFile(testing::SourcePath("examples/traces/seed.csv"));
   EXPECT_TRUE(r.ok()) << r.error();
   return r.ok() ? std::move(r).value() : std::vector<TraceRow>{};
 }
