@@ -10,8 +10,9 @@
 # for SECONDS, 12 by default) has core 1. Each run prints the legitimate client's latency and
 # how late its own sends were, the flood's ops a second while it measured, the node's CPU and
 # RSS; before it, with the flood alone for 4 s, the node's average time a frame (its
-# limiter_frame_duration_seconds). Traffic stays on 127.0.0.1; ports 7621 and 7622 must be
-# free.
+# limiter_frame_duration_seconds), and before anything starts, the machine alone for 3 s
+# (`limiter-bench hiccups`: how late a thread on each core wakes, nothing of ours running).
+# Traffic stays on 127.0.0.1; ports 7621 and 7622 must be free.
 #
 # The flood's generator runs at nice FLOOD_NICE (19 by default): a real flood comes from other
 # machines, and at nice 19 the generator takes the node's core only when the node does not
@@ -52,6 +53,8 @@ frame_totals() {
 }
 
 for ((run = 1; run <= runs; ++run)); do
+  echo "  the machine alone, before run $run:"
+  "$build/bench/limiter-bench" hiccups --duration 3 | sed -n 's/^cpu/    cpu/p'
   taskset -c 0 "$build/server/limiterd" --policies "$here/flood_policies.yaml" \
     --listen 127.0.0.1:7621 --admin 127.0.0.1:7622 --threads 1 --max-keys 2000000 \
     --secret-file "$work/secret" > "$work/node.log" 2>&1 &

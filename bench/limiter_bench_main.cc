@@ -8,6 +8,7 @@
 #include "bench/cluster_bench.h"
 #include "bench/durable_bench.h"
 #include "bench/fleet_sim.h"
+#include "bench/hiccups.h"
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
 #include "bench/regions_bench.h"
@@ -308,6 +309,16 @@ int main(int argc, char** argv) {
   regions->add_option("--limiterd", g.limiterd, "limiterd binary (default: next to this one)");
   regions->add_option("--json", g.json_file, "Also write the report as JSON to this file");
 
+  limiter::bench::HiccupOptions hiccup_o;
+  CLI::App* hiccups = app.add_subcommand(
+      "hiccups", "The machine alone: how late a thread on each CPU wakes against its schedule");
+  hiccups->add_option("--duration", hiccup_o.duration_s, "Seconds")
+      ->capture_default_str()->check(CLI::Range(0.01, 86400.0));
+  hiccups->add_option("--period-us", hiccup_o.period_us, "A wake-up every this many us")
+      ->capture_default_str()->check(CLI::Range(int64_t{10}, int64_t{1'000'000}));
+  hiccups->add_option("--stall-us", hiccup_o.stall_us, "Count wake-ups at least this late")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{60'000'000}));
+
   std::string secret_file;
   app.add_option("--secret-file", secret_file,
                  "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET); "
@@ -323,6 +334,8 @@ int main(int argc, char** argv) {
     std::cerr << "limiter-bench: " << e.what() << " (see limiter-bench --help)\n";
     return 2;
   }
+  // The machine alone: no node, no secret.
+  if (hiccups->parsed()) return limiter::bench::RunHiccups(hiccup_o, std::cout, std::cerr);
   // Through the environment: the nodes it starts and the client library read it there.
   if (!secret_file.empty()) ::setenv("LIMITER_SECRET_FILE", secret_file.c_str(), 1);
   limiter::Result<limiter::NodeAccess> access = limiter::LoadNodeAccess("", tls);

@@ -1,0 +1,60 @@
+#include "bench/hiccups.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <sstream>
+#include <string>
+
+namespace limiter::bench {
+namespace {
+
+int CpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+// Every scheduled wake-up is recorded once, on every CPU of the mask, however late the
+// machine made it: the count follows from the schedule alone.
+TEST(Hiccups, RecordsEveryScheduledWakeUpOnEachCpu) {
+  HiccupOptions o;
+  o.duration_s = 0.2;
+  o.period_us = 1000;
+  o.stall_us = 1;  // every wake-up that came late at all
+  const std::vector<CpuHiccups> results = MeasureHiccups(o);
+  ASSERT_EQ(static_cast<int>(results.size()), CpuCount());
+  int previous = -1;
+  for (const CpuHiccups& r : results) {
+    EXPECT_GT(r.cpu, previous);
+    previous = r.cpu;
+    EXPECT_EQ(r.late_us.count, 200u);
+    EXPECT_LE(r.late_us.Quantile(0.99), r.late_us.max);
+    EXPECT_LE(r.stalls, r.late_us.count);
+  }
+}
+
+// A pinned mask of one CPU measures that CPU alone, and the report names it.
+TEST(Hiccups, MeasuresOnlyTheCpusOfTheMask) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  HiccupOptions o;
+  o.duration_s = 0.05;
+  o.period_us = 500;
+  std::ostringstream out, err;
+  const int status = RunHiccups(o, out, err);
+  sched_setaffinity(0, sizeof(saved), &saved);
+  EXPECT_EQ(status, 0) << err.str();
+  EXPECT_NE(out.str().find("on each of 1 CPUs"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("cpu " + std::to_string(first) + " "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find(" 100 wake-ups"), std::string::npos) << out.str();
+}
+
+}  // namespace
+}  // namespace limiter::bench
