@@ -87,9 +87,9 @@ case "${1:-}" in
       build-tsan/test/limiter_client_tests
     TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/test/tsan.supp" \
       build-tsan/test/limiter_client_integration_tests
-    # The container stack: the image (podman, a cached debootstrap base), three nodes and the
-    # gateway by compose, checks through both, a node restarted under load, torn down
-    # (about 2 minutes, most of it the image's build stage).
+    # The container stack: the image (podman, a cached debootstrap base, the build stage's
+    # ccache in a cache mount), three nodes and the gateway by compose, checks through both, a
+    # node restarted under load, torn down (a few minutes; 5 more the first time, compiling).
     deploy/stack-test.sh
     ;;
   bench)

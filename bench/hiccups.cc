@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -62,8 +63,8 @@ void Measure(SteadyClock::time_point start, uint64_t wakeups, const HiccupOption
 std::vector<CpuHiccups> MeasureHiccups(const HiccupOptions& options) {
   std::vector<CpuHiccups> results;
   for (int cpu : CpusInAffinity()) results.push_back(CpuHiccups{cpu, {}, 0});
-  const uint64_t wakeups =
-      static_cast<uint64_t>(options.duration_s * 1e6 / static_cast<double>(options.period_us));
+  const uint64_t wakeups = static_cast<uint64_t>(
+      std::llround(options.duration_s * 1e6 / static_cast<double>(options.period_us)));
   // Every thread starts its schedule at the same instant, a little after they are created.
   const SteadyClock::time_point start = SteadyClock::now() + std::chrono::milliseconds(20);
   std::vector<std::thread> threads;
