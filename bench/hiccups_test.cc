@@ -3,8 +3,15 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {
@@ -54,6 +61,23 @@ TEST(Hiccups, MeasuresOnlyTheCpusOfTheMask) {
   EXPECT_NE(out.str().find("on each of 1 CPUs"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("cpu " + std::to_string(first) + " "), std::string::npos) << out.str();
   EXPECT_NE(out.str().find(" 100 wake-ups"), std::string::npos) << out.str();
+}
+
+// A flag out of range is one error line naming it, exit status 2, and nothing is measured.
+TEST(Hiccups, AFlagOutOfRangeIsOneErrorLineAndExitStatus2) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--period-us", "5"}, {"--duration", "0"}, {"--stall-us", "x"}};
+  for (const auto& [flag, value] : bad) {
+    SCOPED_TRACE(flag + " " + value);
+    const std::string command =
+        testing::LimiterBenchBin() + " hiccups " + flag + " " + value + " 2>&1";
+    Result<std::unique_ptr<Subprocess>> p = Subprocess::Start({"/bin/sh", "-c", command});
+    ASSERT_TRUE(p.ok()) << p.error();
+    Result<std::string> line = (*p)->ReadLine(20'000);
+    ASSERT_TRUE(line.ok()) << line.error();
+    EXPECT_EQ(line->rfind("limiter-bench: " + flag + ": ", 0), 0u) << *line;
+    EXPECT_EQ((*p)->Wait(20'000), std::optional<int>(2));
+  }
 }
 
 }  // namespace

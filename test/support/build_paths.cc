@@ -14,5 +14,6 @@ std::string SourcePath(std::string_view relative) {
 std::string LimiterdBin() { return LIMITERD_BIN; }
 std::string GatewayBin() { return LIMITER_GATEWAY_BIN; }
 std::string BillingGatewayBin() { return BILLING_GATEWAY_BIN; }
+std::string LimiterBenchBin() { return LIMITER_BENCH_BIN; }
 
 }  // namespace limiter::testing

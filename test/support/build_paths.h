@@ -17,5 +17,6 @@ std::string SourcePath(std::string_view relative);
 std::string LimiterdBin();
 std::string GatewayBin();
 std::string BillingGatewayBin();
+std::string LimiterBenchBin();
 
 }  // namespace limiter::testing
