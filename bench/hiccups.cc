@@ -17,17 +17,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-std::vector<int> CpusInAffinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 void SleepUntil(SteadyClock::time_point when) {
   for (;;) {
     const auto left = when - SteadyClock::now();
@@ -59,6 +48,17 @@ void Measure(SteadyClock::time_point start, uint64_t wakeups, const HiccupOption
 }
 
 }  // namespace
+
+std::vector<int> CpusInAffinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 std::vector<CpuHiccups> MeasureHiccups(const HiccupOptions& options) {
   std::vector<CpuHiccups> results;

@@ -30,6 +30,9 @@ struct CpuHiccups {
   uint64_t stalls = 0;          // wake-ups late by stall_us or more
 };
 
+// The CPUs in this process's affinity mask, in order (empty when it cannot be read).
+std::vector<int> CpusInAffinity();
+
 // Measures every CPU in this process's affinity mask at once; one entry per CPU, in order.
 std::vector<CpuHiccups> MeasureHiccups(const HiccupOptions& options);
 

@@ -1,6 +1,5 @@
 #include "bench/node_bench.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <ostream>
 #include <vector>
 
+#include "bench/hiccups.h"
 #include "bench/node_load.h"
 #include "bench/redis_load.h"
 #include "common/policy_file.h"
@@ -101,12 +101,6 @@ std::string CountsLine(const CheckCounts& c) {
 }
 
 // The CPUs this process may run on (taskset), or 0 when that cannot be told.
-int CpusAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-}
-
 std::string ResultLine(const char* name, const LoadResult& r) {
   const Histogram::Snapshot& h = r.latency_us;
   std::string line =
@@ -134,7 +128,7 @@ void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
                   o.connections, s.depth, s.batch);
   }
   out << Format(", %" PRIu64 " keys, %.1f s, seed %" PRIu64 "\n", s.keys, s.duration_s, s.seed);
-  if (const int cpus = CpusAvailable(); s.rate > 0 && cpus > 0 && o.connections > cpus) {
+  if (const int cpus = static_cast<int>(CpusInAffinity().size()); s.rate > 0 && cpus > 0 && o.connections > cpus) {
     // Each open-loop connection is a thread that sleeps until its next send or reply; more
     // of them than CPUs wait for each other, and that wait shows as latency.
     out << Format("note:   %d connection threads share %d CPU%s, so their own wake-ups add to the "
