@@ -38,14 +38,17 @@ void Log(const std::string& line) {
 struct Peers::Link {
   std::mutex mu;
   std::unique_ptr<NodeConnection> connection;  // guarded by mu; null: not connected
+  int64_t last_used_ms = 0;                    // node clock; guarded by Peers::mu_
 };
 
-Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms)
-    : node_(node), tls_(std::move(tls)), timeout_ms_(timeout_ms) {}
+Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms,
+             int64_t idle_ms)
+    : node_(node), tls_(std::move(tls)), timeout_ms_(timeout_ms), idle_ms_(idle_ms) {}
 
 Peers::~Peers() = default;
 
-Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, int timeout_ms) {
+Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, int timeout_ms,
+                                           int64_t idle_ms) {
   std::shared_ptr<asio::ssl::context> context;
   if (!tls.cert_file.empty()) {
     if (tls.ca_file.empty()) {
@@ -58,17 +61,35 @@ Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, in
     if (!made) return Error{made.error()};
     context = std::move(made).value();
   }
-  return std::unique_ptr<Peers>(new Peers(node, std::move(context), timeout_ms));
+  return std::unique_ptr<Peers>(new Peers(node, std::move(context), timeout_ms, idle_ms));
+}
+
+size_t Peers::links() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return links_.size();
 }
 
 Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const uint8_t> body) {
   std::shared_ptr<Link> link;
+  // Links idle too long, closed once mu_ is released (closing one may write a TLS close).
+  std::vector<std::shared_ptr<Link>> idle;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = node_.NowMs();
+    for (auto it = links_.begin(); it != links_.end();) {
+      if (it->first != member && now - it->second->last_used_ms >= idle_ms_) {
+        idle.push_back(std::move(it->second));
+        it = links_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     std::shared_ptr<Link>& l = links_[member];
     if (!l) l = std::make_shared<Link>();
+    l->last_used_ms = now;
     link = l;
   }
+  idle.clear();
   std::lock_guard<std::mutex> lock(link->mu);
   std::string last_error;
   for (int attempt = 0; attempt < 2; ++attempt) {

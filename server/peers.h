@@ -12,8 +12,12 @@
 // each receiver applies every change to its own list.
 //
 // Blocking connections (the client library's NodeConnection, with the node's own secret and,
-// with mutual TLS, its certificate), one per peer, kept open. Used from the node's hand-off
-// and join/leave threads, never a worker; thread-safe (one call at a time per peer).
+// with mutual TLS, its certificate), one per peer, kept open while in use: a peer not talked
+// to for `idle_ms` (the node's idle timeout, after which that peer has closed its end too) is
+// forgotten and its connection closed at the next exchange with any peer, so a node that
+// outlives many peers' addresses (rolling restarts, other regions' nodes coming and going)
+// does not keep a descriptor for each. Used from the node's hand-off, join/leave and region
+// report threads, never a worker; thread-safe (one call at a time per peer).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +46,9 @@ class Peers {
  public:
   // `tls`: the node's data-port TLS; peers are reached over TLS when it is on (verified by
   // tls.ca_file, presenting the node's certificate). An error when TLS is on without a CA.
-  static Result<std::unique_ptr<Peers>> Make(Node& node, const TlsOptions& tls, int timeout_ms);
+  // `idle_ms`: on the node's clock (Node::NowMs).
+  static Result<std::unique_ptr<Peers>> Make(Node& node, const TlsOptions& tls, int timeout_ms,
+                                             int64_t idle_ms);
   ~Peers();
 
   // The member list `member` uses, with its generation.
@@ -60,8 +66,11 @@ class Peers {
   void Leave();
   void Join();
 
+  // The peers this node holds a link to (for tests and logs).
+  size_t links() const;
+
  private:
-  Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms);
+  Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms, int64_t idle_ms);
   struct Link;
   // What a peer answered to a frame's one op.
   struct Answer {
@@ -77,7 +86,8 @@ class Peers {
   Node& node_;
   std::shared_ptr<asio::ssl::context> tls_;
   const int timeout_ms_;
-  std::mutex mu_;
+  const int64_t idle_ms_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Link>> links_;  // guarded by mu_
 };
 

@@ -413,7 +413,8 @@ std::optional<std::string> Server::Start() {
   if (!s.node.options().members.empty() || !s.options.members_dns.empty()) {
     Result<std::unique_ptr<Peers>> peers = Peers::Make(
         s.node, s.options.tls,
-        static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)));
+        static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)),
+        s.options.idle_timeout_ms);
     if (!peers) return peers.error();
     s.peers = std::move(peers).value();
   }
@@ -422,7 +423,8 @@ std::optional<std::string> Server::Start() {
     // takes longer counts as not reached.
     Result<std::unique_ptr<Peers>> peers = Peers::Make(
         s.node, s.options.tls,
-        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms / 4, 50, 5000)));
+        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms / 4, 50, 5000)),
+        s.options.idle_timeout_ms);
     if (!peers) return "regions: " + peers.error();
     s.region_peers = std::move(peers).value();
   }

@@ -3,7 +3,6 @@
 // frame header. Each test asserts what the node does (closes, counts, keeps serving), never how
 // fast: waits are loops with generous upper bounds.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -20,12 +19,14 @@
 #include "client/node_connection.h"
 #include "client/request_builder.h"
 #include "common/wire.h"
+#include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 
 namespace limiter {
 namespace {
 
 using testing::RunningNode;
+using testing::AdminMetric;
 using testing::StartNode;
 using testing::WriteTempFile;
 using Clock = std::chrono::steady_clock;
@@ -100,19 +101,6 @@ bool ServedAgain(const std::string& address) {
   return false;
 }
 
-// A metric's value from the admin port's /metrics; -1 when absent.
-int64_t Metric(const std::string& admin, const std::string& name) {
-  const size_t colon = admin.rfind(':');
-  httplib::Client http(admin.substr(0, colon), std::stoi(admin.substr(colon + 1)));
-  auto res = http.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(name + " ", 0) == 0) return std::stoll(line.substr(name.size() + 1));
-  }
-  return -1;
-}
-
 int64_t ResidentBytes(int pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(status, line);) {
@@ -141,7 +129,7 @@ TEST(HostileConnections, ATrickledFrameIsClosedAtTheFrameTimeoutWhileOthersAreSe
     ++served;
   }
   EXPECT_TRUE(closed) << "a frame trickled for 20 s was not cut off";
-  EXPECT_GE(Metric(node.admin, "limiter_frame_timeouts_total"), 1);
+  EXPECT_GE(AdminMetric(node.admin, "limiter_frame_timeouts_total"), 1);
   EXPECT_GE(served, 1);
   EXPECT_TRUE(Check(*other));
 }
@@ -154,8 +142,8 @@ TEST(HostileConnections, AConnectionSilentPastTheIdleTimeoutIsClosedAndCounted) 
   Socket quiet = Connect(node.listen);
   ASSERT_TRUE(quiet.ok());
   EXPECT_TRUE(ClosedByNode(quiet, 20'000));
-  EXPECT_GE(Metric(node.admin, "limiter_idle_timeouts_total"), 1);
-  EXPECT_EQ(Metric(node.admin, "limiter_frame_timeouts_total"), 0);
+  EXPECT_GE(AdminMetric(node.admin, "limiter_idle_timeouts_total"), 1);
+  EXPECT_EQ(AdminMetric(node.admin, "limiter_frame_timeouts_total"), 0);
 }
 
 TEST(HostileConnections, ConnectionsThatWentQuietAreServedAgainOnceTheirBuffersWereFreed) {
@@ -174,8 +162,8 @@ TEST(HostileConnections, ConnectionsThatWentQuietAreServedAgainOnceTheirBuffersW
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the scenario: quiet a while
     for (auto& c : open) ASSERT_TRUE(Check(*c)) << "round " << round;
   }
-  EXPECT_EQ(Metric(node.admin, "limiter_frame_timeouts_total"), 0);
-  EXPECT_EQ(Metric(node.admin, "limiter_idle_timeouts_total"), 0);
+  EXPECT_EQ(AdminMetric(node.admin, "limiter_frame_timeouts_total"), 0);
+  EXPECT_EQ(AdminMetric(node.admin, "limiter_idle_timeouts_total"), 0);
 }
 
 TEST(HostileConnections, BeyondMaxConnectionsANewConnectionIsClosedAndTheOthersServed) {
@@ -194,8 +182,8 @@ TEST(HostileConnections, BeyondMaxConnectionsANewConnectionIsClosedAndTheOthersS
   ASSERT_EQ(::poll(&p, 1, 20'000), 1) << "the 21st connection was not closed";
   char byte;
   EXPECT_EQ(::recv(extra.fd(), &byte, 1, 0), 0);  // end of file, no reply
-  EXPECT_GE(Metric(node.admin, "limiter_connections_refused_total"), 1);
-  EXPECT_EQ(Metric(node.admin, "limiter_connections_open"), 20);
+  EXPECT_GE(AdminMetric(node.admin, "limiter_connections_refused_total"), 1);
+  EXPECT_EQ(AdminMetric(node.admin, "limiter_connections_open"), 20);
 
   for (auto& c : open) EXPECT_TRUE(Check(*c));
   open.resize(15);
@@ -235,10 +223,10 @@ TEST(HostileConnections, TenThousandIdleOrHalfOpenConnectionsCostUnder64MiB) {
     sockets.push_back(std::move(s));
   }
   for (const auto until = Clock::now() + std::chrono::seconds(60);
-       Metric(node.admin, "limiter_connections_open") < kConnections && Clock::now() < until;) {
+       AdminMetric(node.admin, "limiter_connections_open") < kConnections && Clock::now() < until;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(Metric(node.admin, "limiter_connections_open"), kConnections);
+  ASSERT_EQ(AdminMetric(node.admin, "limiter_connections_open"), kConnections);
   // Not for correctness: a moment for the node to read the bytes sent, so that their
   // buffers are in the figure.
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -251,7 +239,7 @@ TEST(HostileConnections, TenThousandIdleOrHalfOpenConnectionsCostUnder64MiB) {
             << " MiB to limiterd's RSS (" << (after - before) / kConnections << " bytes each; "
             << before / (1 << 20) << " MiB before)\n";
   EXPECT_LT(after - before, int64_t{64} << 20);
-  EXPECT_EQ(Metric(node.admin, "limiter_frame_timeouts_total"), 0);
+  EXPECT_EQ(AdminMetric(node.admin, "limiter_frame_timeouts_total"), 0);
 }
 
 // limiterd with its descriptors capped.
@@ -269,7 +257,7 @@ TEST(HostileConnections, OutOfDescriptorsTheNodeBacksOffAndRecovers) {
   // check would abort the node. Once seen, it is not checked again.
   ASSERT_TRUE(ServedAgain(node.listen));
   for (const auto until = Clock::now() + std::chrono::seconds(20);
-       Metric(node.admin, "limiter_connections_open") != 0 && Clock::now() < until;) {
+       AdminMetric(node.admin, "limiter_connections_open") != 0 && Clock::now() < until;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   {
@@ -282,7 +270,7 @@ TEST(HostileConnections, OutOfDescriptorsTheNodeBacksOffAndRecovers) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
   EXPECT_TRUE(ServedAgain(node.listen));
-  const int64_t errors = Metric(node.admin, "limiter_accept_errors_total");
+  const int64_t errors = AdminMetric(node.admin, "limiter_accept_errors_total");
   EXPECT_GE(errors, 1);
   EXPECT_LT(errors, 200) << "accepting again at once, not backing off";
 }

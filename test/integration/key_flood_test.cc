@@ -2,7 +2,6 @@
 // are still admitted (each policy has its reserve of the node's key units, store.h), and the
 // flooded policy's refusals show in STATS and /metrics.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <atomic>
 #include <random>
@@ -13,6 +12,7 @@
 #include "client/node_connection.h"
 #include "client/request_builder.h"
 #include "common/wire.h"
+#include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/unit/test_seed.h"
 
@@ -67,11 +67,9 @@ class KeyFlood : public ::testing::Test {
   }
 
   std::string Metrics() {
-    const size_t colon = node_.admin.rfind(':');
-    httplib::Client http(node_.admin.substr(0, colon), std::stoi(node_.admin.substr(colon + 1)));
-    auto metrics = http.Get("/metrics");
-    EXPECT_TRUE(metrics);
-    return metrics ? metrics->body : "";
+    const std::optional<std::string> page = testing::AdminGet(node_.admin, "/metrics");
+    EXPECT_TRUE(page);
+    return page.value_or("");
   }
 
   RunningNode node_;

@@ -14,7 +14,6 @@
 // Each case prints one line with the worst key's total admissions against B + L*T/W over the
 // run T (the README quotes it). Timings are printed, never asserted.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include "common/promise_check.h"
 #include "common/ring.h"
 #include "limiter/client/client.h"
+#include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 
 namespace limiter {
@@ -73,40 +73,8 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-std::pair<std::string, int> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return {address.substr(0, colon), std::stoi(address.substr(colon + 1))};
-}
-
-// GET `path` on a node's admin port: the body when it answered 200, else nullopt.
-std::optional<std::string> AdminGet(const std::string& admin, const std::string& path,
-                                    int* status = nullptr) {
-  if (admin.empty()) return std::nullopt;
-  const auto [host, port] = SplitHostPort(admin);
-  httplib::Client http(host, port);
-  http.set_connection_timeout(1, 0);
-  http.set_read_timeout(2, 0);
-  http.set_write_timeout(1, 0);
-  httplib::Result r = http.Get(path);
-  if (status) *status = r ? r->status : -1;
-  if (!r || r->status != 200) return std::nullopt;
-  return r->body;
-}
-
-// The sum of a metric's samples (every label set) in a /metrics page; -1 when absent.
-int64_t MetricSum(const std::string& page, const std::string& name) {
-  std::istringstream lines(page);
-  std::string line;
-  int64_t sum = -1;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != ' ' && next != '{') continue;
-    const size_t space = line.rfind(' ');
-    sum = std::max<int64_t>(sum, 0) + static_cast<int64_t>(std::stod(line.substr(space + 1)));
-  }
-  return sum;
-}
+using testing::AdminGet;
+using testing::MetricSum;
 
 // What the load saw of one key.
 struct KeyRecord {

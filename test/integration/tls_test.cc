@@ -3,7 +3,6 @@
 // served; one without a certificate, one with a certificate from another CA, one that does
 // not trust the node's CA and one speaking plain TCP are all refused.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
@@ -23,12 +22,14 @@
 #include "client/request_builder.h"
 #include "common/subprocess.h"
 #include "common/wire.h"
+#include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/support/ctl_runner.h"
 
 namespace limiter {
 namespace {
 
+using testing::AdminMetric;
 using testing::RunningNode;
 using testing::StartNode;
 using testing::WriteTempFile;
@@ -80,17 +81,7 @@ policies:
 
   static std::string File(const std::string& name) { return (dir_ / name).string(); }
 
-  int64_t Metric(const std::string& name) { return MetricOf(node_.admin, name); }
-
-  static int64_t MetricOf(const std::string& admin, const std::string& name) {
-    const size_t colon = admin.rfind(':');
-    httplib::Client http(admin.substr(0, colon), std::stoi(admin.substr(colon + 1)));
-    const httplib::Result res = http.Get("/metrics");
-    if (!res || res->status != 200) return -1;
-    const size_t at = res->body.find("\n" + name + " ");
-    if (at == std::string::npos) return -1;
-    return std::stoll(res->body.substr(at + name.size() + 2));
-  }
+  int64_t Metric(const std::string& name) { return AdminMetric(node_.admin, name); }
 
   // Connects with this CA and (optionally) this client certificate; then a CHECK.
   std::string Try(const std::string& ca, const std::string& cert) {
@@ -234,19 +225,19 @@ TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
   // slot, so the next connection to begin one is closed.
   const int stalled = ConnectAndSend(slow.listen, std::string(1, '\x16'));
   ASSERT_GE(stalled, 0);
-  for (int i = 0; i < 500 && MetricOf(slow.admin, "limiter_tls_handshakes_in_progress") < 1;
+  for (int i = 0; i < 500 && AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress") < 1;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_in_progress"), 1);
+  ASSERT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress"), 1);
   EXPECT_TRUE(ClosedByTheNode(ConnectAndSend(slow.listen, std::string(1, '\x16'))));
-  EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_refused_total"), 1);
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_refused_total"), 1);
   // The stalled one is closed at the frame timeout (the idle one is 60 s, past the read's
   // own bound), and its slot is free again.
   EXPECT_TRUE(ClosedByTheNode(stalled));
-  EXPECT_EQ(MetricOf(slow.admin, "limiter_frame_timeouts_total"), 1);
-  EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshake_failures_total"), 1);
-  EXPECT_EQ(MetricOf(slow.admin, "limiter_tls_handshakes_in_progress"), 0);
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_frame_timeouts_total"), 1);
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshake_failures_total"), 1);
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress"), 0);
   EXPECT_EQ(TryAt(slow.listen, "ca", "gateway"), "");
   ::close(silent);
 }
