@@ -100,7 +100,6 @@ std::string CountsLine(const CheckCounts& c) {
   return line;
 }
 
-// The CPUs this process may run on (taskset), or 0 when that cannot be told.
 std::string ResultLine(const char* name, const LoadResult& r) {
   const Histogram::Snapshot& h = r.latency_us;
   std::string line =
@@ -128,7 +127,9 @@ void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
                   o.connections, s.depth, s.batch);
   }
   out << Format(", %" PRIu64 " keys, %.1f s, seed %" PRIu64 "\n", s.keys, s.duration_s, s.seed);
-  if (const int cpus = static_cast<int>(CpusInAffinity().size()); s.rate > 0 && cpus > 0 && o.connections > cpus) {
+  // The CPUs this process may run on (taskset); 0 when that cannot be told.
+  const int cpus = static_cast<int>(CpusInAffinity().size());
+  if (s.rate > 0 && cpus > 0 && o.connections > cpus) {
     // Each open-loop connection is a thread that sleeps until its next send or reply; more
     // of them than CPUs wait for each other, and that wait shows as latency.
     out << Format("note:   %d connection threads share %d CPU%s, so their own wake-ups add to the "

@@ -91,6 +91,11 @@ Output Template(const std::vector<std::string>& extra) {
   return Helm(args);
 }
 
+Output TemplateWithSecret(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--set", std::string("secret.value=") + kSecret});
+  return Template(extra);
+}
+
 const std::vector<std::string> kAllOn = {
     "--set", std::string("secret.value=") + kSecret, "--set", "tls.enabled=true",
     "--set", "tls.secretName=limiter-tls", "--set", "serviceMonitor.enabled=true",
@@ -210,7 +215,7 @@ std::string Base(const std::string& path) { return fs::path(path).filename().str
 void HelmChart::SetUpTestSuite() {
   IsolateHelm();
   if (HelmPath().empty()) return;
-  default_ = new Output(Template({"--set", std::string("secret.value=") + kSecret}));
+  default_ = new Output(TemplateWithSecret({}));
   all_on_ = new Output(Template(kAllOn));
 }
 

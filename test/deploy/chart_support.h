@@ -44,6 +44,9 @@ void IsolateHelm();
 Output Helm(std::vector<std::string> args);
 // `helm template t helm/ --namespace ns` with the given extra arguments.
 Output Template(const std::vector<std::string>& extra);
+// The same with the cluster secret set (secret.value=kSecret), as every render but the
+// secret's own tests needs.
+Output TemplateWithSecret(std::vector<std::string> extra);
 
 // The rendered objects, by kind and name.
 class Manifests {

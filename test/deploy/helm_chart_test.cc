@@ -39,8 +39,7 @@ TEST_F(HelmChart, RenderingWithoutASecretFailsWithTheChartsMessage) {
   EXPECT_NE(run.err.find("the cluster secret is missing: set secret.existingSecret"),
             std::string::npos)
       << run.err;
-  Output tls = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                      "tls.enabled=true"});
+  Output tls = TemplateWithSecret({"--set", "tls.enabled=true"});
   EXPECT_NE(tls.status, 0);
   EXPECT_NE(tls.err.find("tls.enabled needs tls.secretName"), std::string::npos) << tls.err;
 }
@@ -94,13 +93,11 @@ TEST_F(HelmChart, BenchPodsEachRunTheirPartIntoTheClaim) {
   }
   EXPECT_TRUE(claim);
   const Output no_claim =
-      Template({"--set", std::string("secret.value=") + kSecret, "--set", "bench.enabled=true",
-                "--set", "bench.parallelism=2"});
+      TemplateWithSecret({"--set", "bench.enabled=true", "--set", "bench.parallelism=2"});
   EXPECT_NE(no_claim.status, 0);
   EXPECT_NE(no_claim.err.find("set bench.outputClaim"), std::string::npos) << no_claim.err;
   // One pod runs the whole scenario: no --part.
-  const Output one = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                               "bench.enabled=true"});
+  const Output one = TemplateWithSecret({"--set", "bench.enabled=true"});
   ASSERT_EQ(one.status, 0) << one.err;
   EXPECT_EQ(one.out.find("--part"), std::string::npos);
 }
@@ -277,8 +274,7 @@ TEST_F(HelmChart, ChecksumAnnotationFollowsThePolicies) {
   const std::string base = "policies:\n  - name: a\n    algorithm: gcra\n    window: 1s\n"
                            "    class: contract\n    limit: ";
   auto checksum = [&](const std::string& limit) {
-    Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set-string",
-                        "policies=" + base + limit + "\n"});
+    Output run = TemplateWithSecret({"--set-string", "policies=" + base + limit + "\n"});
     EXPECT_EQ(run.status, 0) << run.err;
     const Manifests m = Manifests::Parse(run.out);
     const NodeConfigView v = View(m);

@@ -76,11 +76,10 @@ TEST_F(HelmChart, DataDirIsAClaimPerPodWithPersistence) {
             "5Gi",
             "fast"},
            {{"--set", "persistence.storageClass=-"}, "1Gi", ""}}) {  // "-": no class at all
-    std::vector<std::string> args = {"--set", std::string("secret.value=") + kSecret, "--set",
-                                     "persistence.enabled=true"};
+    std::vector<std::string> args = {"--set", "persistence.enabled=true"};
     args.insert(args.end(), c.values.begin(), c.values.end());
     SCOPED_TRACE(::testing::PrintToString(args));
-    Output run = Template(args);
+    Output run = TemplateWithSecret(args);
     ASSERT_EQ(run.status, 0) << run.err;
     const Manifests m = Manifests::Parse(run.out);
     const NodeConfigView v = View(m);
@@ -112,23 +111,21 @@ TEST_F(HelmChart, DataDirIsAClaimPerPodWithPersistence) {
 }
 
 TEST_F(HelmChart, DurabilityReachesTheNodeConfig) {
-  Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                         "config.durability=interval", "--set", "config.syncInterval=250ms"});
+  Output run = TemplateWithSecret(
+      {"--set", "config.durability=interval", "--set", "config.syncInterval=250ms"});
   ASSERT_EQ(run.status, 0) << run.err;
   Result<NodeConfig> config = LoadRendered(View(Manifests::Parse(run.out)), "durability");
   ASSERT_TRUE(config) << config.error();
   EXPECT_EQ(config->durable.mode, DurabilityMode::kInterval);
   EXPECT_EQ(config->durable.interval_ms, 250);
 
-  Output bad = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                         "config.durability=fast"});
+  Output bad = TemplateWithSecret({"--set", "config.durability=fast"});
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("config.durability must be sync or interval; got 'fast'"),
             std::string::npos)
       << bad.err;
   // The chart sets data_dir: config.extra must not repeat it.
-  Output extra = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                           "config.extra.data_dir=/tmp"});
+  Output extra = TemplateWithSecret({"--set", "config.extra.data_dir=/tmp"});
   EXPECT_NE(extra.status, 0);
   EXPECT_NE(extra.err.find("config.extra.data_dir is set by the chart"), std::string::npos)
       << extra.err;

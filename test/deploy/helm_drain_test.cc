@@ -71,9 +71,8 @@ TEST_F(HelmChart, NodeConfigHasTheHandoffDeadline) {
                                          {"20", "30", "20s", 20'000},  // plain seconds
                                          {"0", "30", "0", 0}}) {       // off
     SCOPED_TRACE("handoff.deadline=" + c.value);
-    Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set-string",
-                           "handoff.deadline=" + c.value, "--set",
-                           "terminationGracePeriodSeconds=" + c.grace});
+    Output run = TemplateWithSecret({"--set-string", "handoff.deadline=" + c.value, "--set",
+                                     "terminationGracePeriodSeconds=" + c.grace});
     ASSERT_EQ(run.status, 0) << run.err;
     const NodeConfigView v = View(Manifests::Parse(run.out));
     EXPECT_EQ(v.config["handoff_deadline"].as<std::string>(""), c.rendered);
@@ -94,24 +93,21 @@ TEST_F(HelmChart, GracePeriodHoldsTheDrain) {
     EXPECT_GE(grace_ms, deadline_ms + 10'000) << "the defaults leave the node time to exit";
   }
   // The least grace period the chart takes, and the same with a longer deadline.
-  Output least = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                           "terminationGracePeriodSeconds=15"});
+  Output least = TemplateWithSecret({"--set", "terminationGracePeriodSeconds=15"});
   EXPECT_EQ(least.status, 0) << least.err;
-  Output minutes = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                             "handoff.deadline=1m", "--set", "terminationGracePeriodSeconds=65"});
+  Output minutes = TemplateWithSecret(
+      {"--set", "handoff.deadline=1m", "--set", "terminationGracePeriodSeconds=65"});
   EXPECT_EQ(minutes.status, 0) << minutes.err;
 }
 
 TEST_F(HelmChart, RenderingFailsWhenTheGracePeriodCannotHoldTheDrain) {
-  Output short_grace = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                                 "terminationGracePeriodSeconds=14"});
+  Output short_grace = TemplateWithSecret({"--set", "terminationGracePeriodSeconds=14"});
   EXPECT_NE(short_grace.status, 0);
   EXPECT_NE(short_grace.err.find("terminationGracePeriodSeconds (14) must be at least "
                                  "handoff.deadline (10 s) + 5 s = 15"),
             std::string::npos)
       << short_grace.err;
-  Output long_deadline = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                                   "handoff.deadline=1m"});
+  Output long_deadline = TemplateWithSecret({"--set", "handoff.deadline=1m"});
   EXPECT_NE(long_deadline.status, 0);
   EXPECT_NE(long_deadline.err.find("terminationGracePeriodSeconds (30) must be at least "
                                    "handoff.deadline (60 s) + 5 s = 65"),
@@ -119,22 +115,19 @@ TEST_F(HelmChart, RenderingFailsWhenTheGracePeriodCannotHoldTheDrain) {
       << long_deadline.err;
   // Only N, Ns and Nm are understood, up to limiterd's own 10m.
   for (const char* form : {"500ms", "1h", "1m30s", "soon"}) {
-    Output run = Template({"--set", std::string("secret.value=") + kSecret, "--set-string",
-                           std::string("handoff.deadline=") + form});
+    Output run = TemplateWithSecret({"--set-string", std::string("handoff.deadline=") + form});
     EXPECT_NE(run.status, 0) << form;
     EXPECT_NE(run.err.find("handoff.deadline must be whole seconds or minutes"),
               std::string::npos)
         << form << ": " << run.err;
   }
-  Output too_long = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                              "handoff.deadline=11m", "--set",
-                              "terminationGracePeriodSeconds=700"});
+  Output too_long = TemplateWithSecret(
+      {"--set", "handoff.deadline=11m", "--set", "terminationGracePeriodSeconds=700"});
   EXPECT_NE(too_long.status, 0);
   EXPECT_NE(too_long.err.find("handoff.deadline is at most 10m"), std::string::npos)
       << too_long.err;
   // The chart sets handoff_deadline: config.extra must not repeat it.
-  Output extra = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                           "config.extra.handoff_deadline=5s"});
+  Output extra = TemplateWithSecret({"--set", "config.extra.handoff_deadline=5s"});
   EXPECT_NE(extra.status, 0);
   EXPECT_NE(extra.err.find("config.extra.handoff_deadline is set by the chart"),
             std::string::npos)
@@ -142,8 +135,7 @@ TEST_F(HelmChart, RenderingFailsWhenTheGracePeriodCannotHoldTheDrain) {
 }
 
 TEST_F(HelmChart, PreStopHookDrainsThroughTheProbesAdminPort) {
-  Output moved = Template({"--set", std::string("secret.value=") + kSecret, "--set",
-                           "ports.admin=9123"});
+  Output moved = TemplateWithSecret({"--set", "ports.admin=9123"});
   ASSERT_EQ(moved.status, 0) << moved.err;
   std::vector<std::pair<std::string, Manifests>> renderings = Both();
   renderings.emplace_back("ports.admin=9123", Manifests::Parse(moved.out));
@@ -274,10 +266,9 @@ struct HookRun {
 
 // The preStop hook rendered for an admin port of `port` (and `extra` values), run by bash.
 HookRun RunPreStopHook(int port, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {"--set", std::string("secret.value=") + kSecret, "--set",
-                                   "ports.admin=" + std::to_string(port)};
+  std::vector<std::string> args = {"--set", "ports.admin=" + std::to_string(port)};
   args.insert(args.end(), extra.begin(), extra.end());
-  Output rendered = Template(args);
+  Output rendered = TemplateWithSecret(args);
   EXPECT_EQ(rendered.status, 0) << rendered.err;
   if (rendered.status != 0) return {};
   const std::string script = PreStopScript(View(Manifests::Parse(rendered.out)).container);
