@@ -12,7 +12,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build pkg-config ccache \
       libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev \
-      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev libssl-dev \
+      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev libhiredis-dev libssl-dev \
       libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev libabsl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -14,7 +14,8 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev libabsl-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
-  libcpp-httplib-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox unzip
+  libcpp-httplib-dev libboost-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox
+  unzip
 )
 JOBS="${JOBS:-2}"
 
