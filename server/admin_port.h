@@ -4,7 +4,9 @@
 //   - a request is bounded: its header by max_header_bytes (else 431) and its body by
 //     max_body_bytes (else 413), announced or chunked; a body announced too large is never
 //     buffered (the 413 goes out and the connection closes); a malformed request gets 400.
-//     Each of these closes the connection. A connection holds at most about
+//     Each of these closes the connection: after a connection's last response, what the
+//     client still sends is read and dropped (at most 256 KiB, for at most 0.5 s) so that the
+//     close does not reset the response away. A connection holds at most about
 //     max_header_bytes + 16 KiB of unparsed input, the parsed header and the body.
 //   - time is bounded: a request must be whole within request_timeout of the accept (the
 //     first) or of its first byte (the next ones on a kept-alive connection), a kept-alive

@@ -233,6 +233,11 @@ TEST_F(AdminPortHostileTest, RandomAndMutatedRequestsGetWellFormedAnswersAndLeav
       "POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
       std::string(kProbe) + std::string(kProbe) + "GET /nope HTTP/1.1\r\n\r\n",
       "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nX-Big: " + std::string(8200, 'h') + "\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nContent-Length: 4090\r\n\r\n" + std::string(4090, 'b'),
+      "POST /echo HTTP/1.1\r\nContent-Length: 4097\r\n\r\n" + std::string(4097, 'b'),
+      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'c') +
+          "\r\n7f0\r\n" + std::string(2032, 'd') + "\r\n0\r\n\r\n",
   };
   const std::string specials = std::string("\r\n\0: \t;0123456789abcdefxX%?/", 27);
   const auto mutate = [&](std::string s) {

@@ -149,31 +149,33 @@ TEST_F(AdminPortTest, ABodyAnnounced8GiBGets413AndIsNeverBuffered) {
   const int64_t rss_before = ResidentBytes();
   RawHttpClient c = Connect();
   ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 8589934592\r\n\r\n"));
-  // Streams up to 400 MiB while reading what comes back, until the port has closed.
+  // Streams up to 400 MiB, reading what comes back, until the port has ended its side (end of
+  // file) and the stream no longer goes through (a reset: the port closed the connection).
   constexpr int64_t kStream = int64_t{400} << 20;
   const std::string chunk(64 * 1024, 'x');
   int64_t sent = 0;
   bool send_failed = false;
+  bool eof = false;
   std::string back;
-  bool ended = false;
   for (const auto until = std::chrono::steady_clock::now() + 60s;
-       !ended && std::chrono::steady_clock::now() < until;) {
-    pollfd p{c.fd(), static_cast<short>(POLLIN | (send_failed || sent >= kStream ? 0 : POLLOUT)),
-             0};
+       !(eof && (send_failed || sent >= kStream)) && std::chrono::steady_clock::now() < until;) {
+    const bool sending = !send_failed && sent < kStream;
+    pollfd p{c.fd(), static_cast<short>((eof ? 0 : POLLIN) | (sending ? POLLOUT : 0)), 0};
     if (::poll(&p, 1, 100) <= 0) continue;
-    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+    if (!eof && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
       char buffer[4096];
       const ssize_t n = ::recv(c.fd(), buffer, sizeof buffer, MSG_DONTWAIT);
       if (n > 0) back.append(buffer, static_cast<size_t>(n));
-      ended = n == 0 || (n < 0 && errno != EAGAIN);
+      eof = n == 0 || (n < 0 && errno != EAGAIN);
     }
-    if (!ended && (p.revents & POLLOUT)) {
+    if (sending && (p.revents & (POLLOUT | POLLHUP | POLLERR))) {
       const ssize_t n = ::send(c.fd(), chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) sent += n;
       send_failed = n < 0 && errno != EAGAIN;
     }
   }
-  EXPECT_TRUE(ended) << "the connection stayed open";
+  EXPECT_TRUE(eof) << "the port did not end its side";
+  EXPECT_TRUE(send_failed) << "the port did not close the connection";
   EXPECT_EQ(back.substr(0, 13), "HTTP/1.1 413 ") << back;
   EXPECT_NE(back.find("request body over 4096 bytes"), std::string::npos) << back;
   EXPECT_LT(sent, kStream) << "the port took the whole stream";
