@@ -216,12 +216,15 @@ TEST_F(AdminPortHostileTest,
 // Random and mutated requests over real sockets, 16 connections at a time, each sent in
 // random pieces and ended by a half-close: every answer is a well-formed status line with a
 // status the port gives, and afterwards the port serves a probe and holds nothing. The seed
-// is printed; LIMITER_ADMIN_FUZZ_ROUNDS runs longer (each round is 16 requests).
+// is printed and LIMITER_ADMIN_FUZZ_SEED replays it; LIMITER_ADMIN_FUZZ_ROUNDS runs longer
+// (each round is 16 requests).
 TEST_F(AdminPortHostileTest, RandomAndMutatedRequestsGetWellFormedAnswersAndLeaveNothingOpen) {
   StartPort(CapOptions(64, 64));
   const char* rounds_env = std::getenv("LIMITER_ADMIN_FUZZ_ROUNDS");
   const int rounds = rounds_env ? std::atoi(rounds_env) : 25;
-  const uint32_t seed = std::random_device{}();
+  const char* seed_env = std::getenv("LIMITER_ADMIN_FUZZ_SEED");
+  const uint32_t seed = seed_env ? static_cast<uint32_t>(std::strtoul(seed_env, nullptr, 10))
+                                 : std::random_device{}();
   std::cout << "seed " << seed << ", " << rounds << " rounds\n";
   std::mt19937 rng(seed);
   const std::vector<std::string> corpus = {
