@@ -112,7 +112,7 @@ std::unique_ptr<Client> Client::Create(const Options& options, std::string* erro
   }
   if (options.deadline.count() <= 0) return fail("the deadline must be positive");
   if (options.gateways < 1) return fail("gateways must be at least 1");
-  const TlsOptions tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
+  const TlsOptions tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file, {}};
   Result<NodeAccess> access = LoadNodeAccess(options.secret_file, tls);
   if (!access) return fail(access.error());
   if (options.billing_journal_sync.count() < 0) {

@@ -25,8 +25,13 @@ class RequestBuilder;
 
 class ClientHandshake {
  public:
-  // `secret` non-empty; `address` names the node in errors.
+  // A gateway's: `secret` non-empty; `address` names the node in errors.
   ClientHandshake(std::string secret, std::string address);
+  // A node's, speaking to another for member `peer_name`: proves `peer_secret` when it has
+  // one (the answer is checked against it), else `secret` (with mutual TLS, where the node
+  // certificate is the peer credential). One of the two non-empty.
+  static ClientHandshake ForPeer(std::string secret, std::string peer_secret,
+                                 std::string peer_name, std::string address);
 
   // Step 1 into `b` (cleared first).
   void BuildNonceHello(RequestBuilder& b, std::string_view client) const;
@@ -38,6 +43,8 @@ class ClientHandshake {
 
  private:
   std::string secret_;
+  std::string peer_secret_;  // a node's, speaking for peer_name_
+  std::string peer_name_;
   std::string address_;
   auth::Nonce nonce_;
   auth::Nonce challenge_{};

@@ -19,8 +19,13 @@ class context;
 namespace limiter {
 
 struct NodeAccess {
-  std::string secret;                       // empty: none
+  std::string secret;                       // the gateway secret; empty: none
   std::shared_ptr<asio::ssl::context> tls;  // null: plain TCP
+  // A node (or an operator's tool) speaking as a peer: the member it speaks for, and the
+  // peer secret it proves (empty: the node certificate of mutual TLS is its credential).
+  std::string peer_name;
+  std::string peer_secret;
+  bool peer() const { return !peer_name.empty(); }
 };
 
 // A client's TLS context: verifies the node's certificate chain against options.ca_file

@@ -136,9 +136,24 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
     }
   }
   std::unique_ptr<NodeConnection> c(new NodeConnection(std::move(impl)));
-  if (access.secret.empty()) return c;
-  ClientHandshake handshake(access.secret, address);
   RequestBuilder b;
+  if (access.secret.empty() && access.peer_secret.empty()) {
+    if (!access.peer() || !access.tls) return c;
+    // A peer whose credential is its node certificate, at a node that asks for no secret:
+    // it names itself in a hello, which the node answers at once.
+    b.Hello("limiter", {}, {}, access.peer_name);
+    if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+    Result<const wire::Reply*> answered = c->Receive();
+    if (!answered) return Error{address + ": " + answered.error()};
+    if ((*answered)->error()) {
+      return Error{address + " refused the hello: " + (*answered)->error()->str()};
+    }
+    return c;
+  }
+  ClientHandshake handshake =
+      access.peer() ? ClientHandshake::ForPeer(access.secret, access.peer_secret,
+                                               access.peer_name, address)
+                    : ClientHandshake(access.secret, address);
   handshake.BuildNonceHello(b, "limiter");
   if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
   Result<const wire::Reply*> challenge = c->Receive();

@@ -65,12 +65,15 @@ void RequestBuilder::Clear() {
 }
 
 void RequestBuilder::Hello(std::string_view client_name, std::span<const uint8_t> nonce,
-                           std::span<const uint8_t> proof) {
+                           std::span<const uint8_t> proof, std::string_view peer_name,
+                           std::span<const uint8_t> peer_proof) {
   auto& fbb = impl_->fbb;
   const auto name = impl_->Str(client_name);
   const auto n = nonce.empty() ? 0 : fbb.CreateVector(nonce.data(), nonce.size());
   const auto p = proof.empty() ? 0 : fbb.CreateVector(proof.data(), proof.size());
-  impl_->hello = wire::CreateHello(fbb, kProtocolVersion, name, n, p);
+  const auto member = peer_name.empty() ? 0 : impl_->Str(peer_name);
+  const auto pp = peer_proof.empty() ? 0 : fbb.CreateVector(peer_proof.data(), peer_proof.size());
+  impl_->hello = wire::CreateHello(fbb, kProtocolVersion, name, n, p, member, pp);
 }
 
 void RequestBuilder::Check(uint64_t id, std::string_view policy, std::string_view key,

@@ -16,8 +16,11 @@ class RequestBuilder {
 
   void Clear();
   // A hello; with the cluster secret, the handshake's nonce and then its proof (handshake.h).
+  // A node speaking to another names the member it speaks for (peer_name) and proves the
+  // peer secret in peer_proof.
   void Hello(std::string_view client_name, std::span<const uint8_t> nonce = {},
-             std::span<const uint8_t> proof = {});
+             std::span<const uint8_t> proof = {}, std::string_view peer_name = {},
+             std::span<const uint8_t> peer_proof = {});
   // cost applies when operation is empty.
   void Check(uint64_t id, std::string_view policy, std::string_view key,
              std::string_view tenant = {}, int64_t cost = 1, std::string_view operation = {},

@@ -16,6 +16,29 @@ namespace {
 constexpr std::string_view kHelloLabel = "limiter hello v1";
 constexpr std::string_view kNodeLabel = "limiter node v1";
 constexpr std::string_view kSplitLabel = "limiter split v1";
+constexpr std::string_view kPeerHelloLabel = "limiter peer hello v1";
+constexpr std::string_view kPeerNodeLabel = "limiter peer node v1";
+constexpr std::string_view kAdminLabel = "limiter admin v1";
+
+struct KindNames {
+  const char* file_var;
+  const char* value_var;
+  const char* next_var;  // null: one value only
+  std::string_view name;
+};
+KindNames NamesOf(SecretKind kind) {
+  switch (kind) {
+    case SecretKind::kGateway:
+      return {"LIMITER_SECRET_FILE", "LIMITER_SECRET", "LIMITER_SECRET_NEXT",
+              "the gateway secret"};
+    case SecretKind::kPeer:
+      return {"LIMITER_PEER_SECRET_FILE", "LIMITER_PEER_SECRET", "LIMITER_PEER_SECRET_NEXT",
+              "the peer secret"};
+    case SecretKind::kKeySeed:
+      break;
+  }
+  return {"LIMITER_KEY_SEED_FILE", "LIMITER_KEY_SEED", nullptr, "the key-id seed"};
+}
 
 std::string_view Trim(std::string_view s) {
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
@@ -94,12 +117,26 @@ Result<Secrets> LoadSecretFile(const std::string& path) {
 }
 
 Result<SecretSource> FindSecrets(const std::string& file) {
+  return FindSecrets(file, SecretKind::kGateway);
+}
+
+std::string_view SecretKindName(SecretKind kind) { return NamesOf(kind).name; }
+
+Result<SecretSource> FindSecrets(const std::string& file, SecretKind kind) {
+  const KindNames names = NamesOf(kind);
+  const auto one_only = [&](Result<Secrets> s) -> Result<Secrets> {
+    if (s && names.next_var == nullptr && s->values.size() > 1) {
+      return Error{std::string(names.name) +
+                   " is one value, never two: it does not rotate (key ids depend on it)"};
+    }
+    return s;
+  };
   SecretSource source;
-  const char* env_file = std::getenv("LIMITER_SECRET_FILE");
-  const char* env_secret = std::getenv("LIMITER_SECRET");
+  const char* env_file = std::getenv(names.file_var);
+  const char* env_secret = std::getenv(names.value_var);
   if (!file.empty() || (env_file != nullptr && *env_file != '\0')) {
     source.file = !file.empty() ? file : env_file;
-    Result<Secrets> s = LoadSecretFile(source.file);
+    Result<Secrets> s = one_only(LoadSecretFile(source.file));
     if (!s) return Error{s.error()};
     source.secrets = std::move(s).value();
     source.description = "file " + source.file;
@@ -107,18 +144,28 @@ Result<SecretSource> FindSecrets(const std::string& file) {
   }
   if (env_secret != nullptr && *env_secret != '\0') {
     std::string text = env_secret;
-    if (const char* next = std::getenv("LIMITER_SECRET_NEXT"); next != nullptr && *next) {
+    if (const char* next = names.next_var ? std::getenv(names.next_var) : nullptr;
+        next != nullptr && *next) {
       text += '\n';
       text += next;
     }
-    Result<Secrets> s = ParseSecrets(text, "$LIMITER_SECRET");
+    Result<Secrets> s = one_only(ParseSecrets(text, std::string("$") + names.value_var));
     if (!s) return Error{s.error()};
     source.secrets = std::move(s).value();
-    source.description = "$LIMITER_SECRET";
+    source.description = std::string("$") + names.value_var;
     return source;
   }
   source.description = "none";
   return source;
+}
+
+bool Overlap(const Secrets& a, const Secrets& b) {
+  for (const std::string& x : a.values) {
+    for (const std::string& y : b.values) {
+      if (x == y) return true;
+    }
+  }
+  return false;
 }
 
 Nonce RandomNonce() {
@@ -157,6 +204,51 @@ int MatchClientProof(const Secrets& secrets, Bytes challenge, Bytes nonce, Bytes
     if (EqualConstantTime(expected, proof) && match < 0) match = static_cast<int>(i);
   }
   return match;
+}
+
+Mac PeerProof(std::string_view peer_secret, Bytes challenge, Bytes nonce, std::string_view name) {
+  return Hmac(peer_secret, {AsBytes(kPeerHelloLabel), challenge, nonce, AsBytes(name)});
+}
+
+Mac PeerNodeProof(std::string_view peer_secret, Bytes challenge, Bytes nonce,
+                  std::string_view name) {
+  return Hmac(peer_secret, {AsBytes(kPeerNodeLabel), challenge, nonce, AsBytes(name)});
+}
+
+int MatchPeerProof(const Secrets& peer_secrets, Bytes challenge, Bytes nonce,
+                   std::string_view name, Bytes proof) {
+  int match = -1;
+  for (size_t i = 0; i < peer_secrets.values.size(); ++i) {
+    const Mac expected = PeerProof(peer_secrets.values[i], challenge, nonce, name);
+    if (EqualConstantTime(expected, proof) && match < 0) match = static_cast<int>(i);
+  }
+  return match;
+}
+
+std::string AdminToken(std::string_view peer_secret) {
+  const Mac mac = Hmac(peer_secret, {AsBytes(kAdminLabel)});
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : mac) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
+}
+
+bool MatchAdminToken(const Secrets& peer_secrets, std::string_view token) {
+  bool match = false;
+  for (const std::string& secret : peer_secrets.values) {
+    match |= EqualConstantTime(AsBytes(AdminToken(secret)), AsBytes(token));
+  }
+  return match;
+}
+
+uint64_t SecretTag(std::string_view secret) {
+  const Mac mac = Hmac(secret, {AsBytes("limiter secret tag v1")});
+  uint64_t tag = 0;
+  for (int i = 0; i < 8; ++i) tag = tag << 8 | mac[static_cast<size_t>(i)];
+  return tag;
 }
 
 SplitToken MakeSplitToken(std::string_view secret, std::string_view policy, std::string_view key,

@@ -14,6 +14,10 @@ struct TlsOptions {
   std::string cert_file;
   std::string key_file;
   std::string ca_file;
+  // Node: the CA that signs node certificates only (never a gateway's). With it, a session is
+  // a peer only when its client certificate chains to this CA, and nodes verify each other's
+  // certificates against it. Gateways' certificates chain to ca_file.
+  std::string peer_ca_file;
 };
 
 }  // namespace limiter

@@ -71,6 +71,38 @@ int64_t YamlReader::DurationMs(const Field& f, const std::string& field) const {
   return *ms;
 }
 
+int64_t YamlReader::DurationMs(const Field& f, const std::string& field, int64_t min_ms,
+                               int64_t max_ms) const {
+  const std::string text = Scalar(f, field);
+  const std::optional<int64_t> ms = ParseDurationMs(text);
+  if (!ms) {
+    Fail(f.value, field,
+         "expected a duration such as 250ms, 1s, 5m, 1h or 1d, got '" + text + "'");
+  }
+  if (*ms < min_ms || *ms > max_ms) {
+    Fail(f.value, field,
+         "must be between " + FormatDurationMs(min_ms) + " and " + FormatDurationMs(max_ms) +
+             ", got '" + text + "'");
+  }
+  return *ms;
+}
+
+int64_t YamlReader::IntInRange(const Field& f, const std::string& field, int64_t min,
+                               int64_t max) const {
+  const std::string text = Scalar(f, field);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    Fail(f.value, field, "expected an integer, got '" + text + "'");
+  }
+  if (value < min || value > max) {
+    Fail(f.value, field,
+         "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
+             text);
+  }
+  return value;
+}
+
 bool YamlReader::Bool(const Field& f, const std::string& field) const {
   const std::string text = Scalar(f, field);
   if (text == "true") return true;

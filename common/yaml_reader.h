@@ -49,6 +49,11 @@ class YamlReader {
   std::string Scalar(const Field& f, const std::string& field) const;
   int64_t PositiveInt(const Field& f, const std::string& field) const;
   int64_t DurationMs(const Field& f, const std::string& field) const;
+  // The same, held to [min_ms, max_ms]: "must be between 100ms and 1d, got '20000w'".
+  int64_t DurationMs(const Field& f, const std::string& field, int64_t min_ms,
+                     int64_t max_ms) const;
+  // An integer in [min, max] (min may be 0): "must be between 1 and 1000000, got 0".
+  int64_t IntInRange(const Field& f, const std::string& field, int64_t min, int64_t max) const;
   bool Bool(const Field& f, const std::string& field) const;
 
  private:

@@ -9,6 +9,8 @@
 
 namespace limiter {
 
+using namespace config_bounds;
+
 Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   Result<std::string> text = ReadWholeFile(path, "config");
   if (!text) return Error{text.error()};
@@ -23,7 +25,16 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                                   "max_reply_bytes", "tls", "max_tls_handshakes",
                                   "handoff_deadline", "region", "regions", "rebalance_interval",
                                   "region_floor", "region_max_keys", "data_dir", "durability",
-                                  "sync_interval"});
+                                  "sync_interval", "peer_secret_file", "key_seed_file",
+                                  "auth_timeout", "max_preauth_connections",
+                                  "max_preauth_per_source", "max_tls_handshakes_per_source",
+                                  "reply_budget"});
+    const auto in = [&](const YamlReader::Field& g, const std::string& field, Bound b) {
+      return r.IntInRange(g, field, b.min, b.max);
+    };
+    const auto duration = [&](const YamlReader::Field& g, const std::string& field, Bound b) {
+      return r.DurationMs(g, field, std::max<int64_t>(1, b.min), b.max);
+    };
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
       return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
@@ -42,25 +53,32 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
       } else if (name == "policies") {
         c.policies_path = file_path(r.Scalar(f, name));
       } else if (name == "threads") {
-        const int64_t n = r.PositiveInt(f, name);
-        if (n > 256) r.Fail(f.value, name, "at most 256");
-        c.server.threads = static_cast<int>(n);
+        c.server.threads = static_cast<int>(in(f, name, kThreads));
       } else if (name == "max_keys") {
-        c.node.store.max_keys = r.PositiveInt(f, name);
+        c.node.store.max_keys = in(f, name, kMaxKeys);
       } else if (name == "idle_timeout") {
-        c.server.idle_timeout_ms = r.DurationMs(f, name);
+        c.server.idle_timeout_ms = duration(f, name, kIdleTimeoutMs);
       } else if (name == "frame_timeout") {
-        c.server.frame_timeout_ms = r.DurationMs(f, name);
+        c.server.frame_timeout_ms = duration(f, name, kFrameTimeoutMs);
+      } else if (name == "auth_timeout") {
+        c.server.auth_timeout_ms = duration(f, name, kAuthTimeoutMs);
       } else if (name == "handoff_deadline") {
         // 0 turns the hand-off off; DurationMs wants a positive duration.
         if (f.value.IsScalar() && (f.value.Scalar() == "0" || f.value.Scalar() == "0s")) {
           c.node.handoff_deadline_ms = 0;
         } else {
-          c.node.handoff_deadline_ms = r.DurationMs(f, name);
-          if (c.node.handoff_deadline_ms > 600'000) r.Fail(f.value, name, "at most 10m");
+          c.node.handoff_deadline_ms = duration(f, name, kHandoffDeadlineMs);
         }
       } else if (name == "max_connections") {
-        c.server.max_connections = r.PositiveInt(f, name);
+        c.server.max_connections = in(f, name, kMaxConnections);
+      } else if (name == "max_preauth_connections") {
+        c.server.max_preauth_connections = in(f, name, kMaxPreauth);
+      } else if (name == "max_preauth_per_source") {
+        c.server.max_preauth_per_source = in(f, name, kMaxPreauth);
+      } else if (name == "max_tls_handshakes_per_source") {
+        c.server.max_tls_handshakes_per_source = in(f, name, kMaxTlsHandshakes);
+      } else if (name == "reply_budget") {
+        c.server.reply_budget_bytes = in(f, name, kReplyBudgetBytes);
       } else if (name == "members") {
         if (!f.value.IsSequence()) r.Fail(f.value, name, "expected a list of HOST:PORT");
         for (const auto& m : f.value) {
@@ -71,14 +89,17 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           c.node.members.push_back(one->front());
         }
       } else if (name == "generation") {
-        const std::string text = r.Scalar(f, name);
-        c.node.generation = text == "0" ? 0 : static_cast<uint64_t>(r.PositiveInt(f, name));
+        c.node.generation = static_cast<uint64_t>(in(f, name, {0, INT64_MAX}));
       } else if (name == "members_dns") {
         c.server.members_dns = r.Scalar(f, name);
       } else if (name == "self") {
         c.node.self = r.Scalar(f, name);
       } else if (name == "secret_file") {
         c.secret_file = file_path(r.Scalar(f, name));
+      } else if (name == "peer_secret_file") {
+        c.peer_secret_file = file_path(r.Scalar(f, name));
+      } else if (name == "key_seed_file") {
+        c.key_seed_file = file_path(r.Scalar(f, name));
       } else if (name == "data_dir") {
         c.durable.data_dir = file_path(r.Scalar(f, name));
       } else if (name == "durability") {
@@ -86,24 +107,17 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         if (!mode) r.Fail(f.value, name, "expected sync or interval");
         if (mode) c.durable.mode = *mode;
       } else if (name == "sync_interval") {
-        c.durable.interval_ms = r.DurationMs(f, name);
-        if (c.durable.interval_ms > 60'000) r.Fail(f.value, name, "at most 1m");
+        c.durable.interval_ms = duration(f, name, kSyncIntervalMs);
       } else if (name == "secret_reload") {
-        c.secret_reload_ms = r.DurationMs(f, name);
+        c.secret_reload_ms = duration(f, name, kSecretReloadMs);
       } else if (name == "insecure") {
         const std::string text = r.Scalar(f, name);
         if (text != "true" && text != "false") r.Fail(f.value, name, "expected true or false");
         c.insecure = text == "true";
       } else if (name == "max_ops_per_frame") {
-        const int64_t n = r.PositiveInt(f, name);
-        if (n > 1'000'000) r.Fail(f.value, name, "at most 1000000");
-        c.node.max_ops_per_frame = static_cast<uint32_t>(n);
+        c.node.max_ops_per_frame = static_cast<uint32_t>(in(f, name, kMaxOpsPerFrame));
       } else if (name == "max_reply_bytes") {
-        const int64_t n = r.PositiveInt(f, name);
-        if (n < 4096 || n > (int64_t{1} << 30)) {
-          r.Fail(f.value, name, "must be between 4096 and 1073741824 bytes");
-        }
-        c.node.max_reply_bytes = static_cast<uint32_t>(n);
+        c.node.max_reply_bytes = static_cast<uint32_t>(in(f, name, kMaxReplyBytes));
       } else if (name == "hot_keys") {
         HotKeyOptions& hot = c.node.hot;
         for (const auto& [field, g] :
@@ -112,8 +126,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
                        "sample_every", "sketch"})) {
           const std::string path = "hot_keys." + field;
           if (field == "split_above") {
-            const std::string text = r.Scalar(g, path);
-            hot.split_above = text == "0" ? 0 : r.PositiveInt(g, path);
+            hot.split_above = in(g, path, kHotRate);
           } else if (field == "split_share") {
             const std::string text = r.Scalar(g, path);
             char* end = nullptr;
@@ -129,17 +142,13 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
             }
             hot.split_k = static_cast<int>(k);
           } else if (field == "merge_below") {
-            hot.merge_below = r.PositiveInt(g, path);
+            hot.merge_below = in(g, path, {1, kHotRate.max});
           } else if (field == "valid") {
-            hot.split_valid_ms = r.DurationMs(g, path);
+            hot.split_valid_ms = duration(g, path, kSplitValidMs);
           } else if (field == "sample_every") {
-            const int64_t n = r.PositiveInt(g, path);
-            if (n > 1024) r.Fail(g.value, path, "at most 1024");
-            hot.sample_every = static_cast<int>(n);
+            hot.sample_every = static_cast<int>(in(g, path, kSampleEvery));
           } else if (field == "sketch") {
-            const int64_t n = r.PositiveInt(g, path);
-            if (n > 65536) r.Fail(g.value, path, "at most 65536");
-            hot.sketch_capacity = static_cast<size_t>(n);
+            hot.sketch_capacity = static_cast<size_t>(in(g, path, kSketch));
           }
         }
       } else if (name == "region") {
@@ -172,7 +181,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           c.node.regions.others.push_back(std::move(other));
         }
       } else if (name == "rebalance_interval") {
-        c.node.regions.rebalance_interval_ms = r.DurationMs(f, name);
+        c.node.regions.rebalance_interval_ms = duration(f, name, kRebalanceIntervalMs);
       } else if (name == "region_floor") {
         const std::string text = r.Scalar(f, name);
         char* end = nullptr;
@@ -182,29 +191,48 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
           r.Fail(f.value, name, "expected a share of the limit between 0 and 1, got '" + text + "'");
         }
       } else if (name == "region_max_keys") {
-        c.node.regions.max_keys = r.PositiveInt(f, name);
+        c.node.regions.max_keys = in(f, name, kRegionMaxKeys);
       } else if (name == "max_tls_handshakes") {
-        c.server.max_tls_handshakes = r.PositiveInt(f, name);
+        c.server.max_tls_handshakes = in(f, name, kMaxTlsHandshakes);
       } else if (name == "tls") {
-        for (const auto& [field, g] : r.Fields(f.value, name, {"cert", "key", "client_ca"})) {
+        for (const auto& [field, g] :
+             r.Fields(f.value, name, {"cert", "key", "client_ca", "peer_ca"})) {
           const std::string file = file_path(r.Scalar(g, "tls." + field));
           if (field == "cert") c.server.tls.cert_file = file;
           if (field == "key") c.server.tls.key_file = file;
           if (field == "client_ca") c.server.tls.ca_file = file;
+          if (field == "peer_ca") c.server.tls.peer_ca_file = file;
         }
         if (c.server.tls.cert_file.empty() || c.server.tls.key_file.empty()) {
           r.Fail(f.value, name, "needs both cert and key");
         }
       } else if (name == "max_frame") {
-        const int64_t n = r.PositiveInt(f, name);
-        if (n < 1024 || n > (int64_t{64} << 20)) {
-          r.Fail(f.value, name, "must be between 1024 and 67108864 bytes");
-        }
-        c.node.max_frame_bytes = static_cast<uint32_t>(n);
+        c.node.max_frame_bytes = static_cast<uint32_t>(in(f, name, kMaxFrameBytes));
       }
     }
     return c;
   });
+}
+
+std::optional<std::string> CheckCredentials(const NodeConfig& config, const auth::Secrets& gateway,
+                                            const auth::Secrets& peer) {
+  if (auth::Overlap(gateway, peer)) {
+    return std::string(
+        "the peer secret is also a gateway secret: every gateway holding it could act as a "
+        "node; give nodes a peer secret of their own (openssl rand -hex 32)");
+  }
+  const bool in_cluster = !config.node.members.empty() || !config.server.members_dns.empty() ||
+                          !config.node.regions.region.empty();
+  const bool authenticates_gateways = !gateway.empty() || !config.server.tls.ca_file.empty();
+  const bool peer_credential = !peer.empty() || !config.server.tls.peer_ca_file.empty();
+  if (in_cluster && authenticates_gateways && !peer_credential) {
+    return std::string(
+        "a node of a cluster that authenticates its gateways needs a peer credential, which "
+        "only nodes hold: --peer-secret-file (peer_secret_file:, $LIMITER_PEER_SECRET_FILE) "
+        "or a CA of node certificates (--tls-peer-ca, tls.peer_ca); without one every gateway "
+        "could change member lists, hand this node keys and report region demand");
+  }
+  return std::nullopt;
 }
 
 }  // namespace limiter

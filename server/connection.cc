@@ -13,6 +13,7 @@
 
 #include "common/read_buffer.h"
 #include "server/durable_store.h"
+#include "server/node_certificates.h"
 
 namespace limiter {
 namespace {
@@ -26,6 +27,9 @@ constexpr size_t kMinReadBytes = 512;
 constexpr size_t kMaxReadBytes = 64 * 1024;
 // A reply buffer larger than this after a write was a burst's: it is given back at once.
 constexpr size_t kKeepOutputBytes = 64 * 1024;
+// A connection holding buffered replies whose write has made no progress for this long is
+// not reading them: over the node's reply budget, the largest of these are closed.
+constexpr std::chrono::seconds kStalledAfter{1};
 // A connection's turn on its worker: once it has handled frames of this many ops (a frame
 // counts at least one), the frames it has waiting are left for a turn posted behind the
 // other connections' ready work. One peer's burst of large frames then delays another's
@@ -51,15 +55,24 @@ struct SslFree {
 // and the last of them has run.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, ConnectionSet& set)
-      : socket_(std::move(socket)), set_(set), session_(set.node_.NewSession()) {}
+  Connection(tcp::socket socket, ConnectionSet& set, Admission admission)
+      : socket_(std::move(socket)),
+        set_(set),
+        admission_(admission),
+        session_(set.node_.NewSession()) {}
 
   ~Connection() {
-    if (handshaking_) set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
+    if (handshaking_) EndHandshake();
+    ReleasePreauth();
+    set_.limits_.buffered.fetch_sub(static_cast<int64_t>(buffered_), std::memory_order_relaxed);
     Node::CountersOf(set_.worker_).connections_closed.Add();
     set_.connections_.erase(registry_it_);
-    set_.open_.fetch_sub(1, std::memory_order_relaxed);
+    set_.limits_.open.fetch_sub(1, std::memory_order_relaxed);
   }
+
+  // Bytes of replies this connection holds, and whether it has stopped taking them.
+  size_t buffered() const { return buffered_; }
+  bool Stalled(Time now) const { return writing_ && now - last_write_progress_ >= kStalledAfter; }
 
   void Start() {
     registry_it_ = set_.connections_.insert(set_.connections_.end(), weak_from_this());
@@ -68,7 +81,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.set_option(tcp::no_delay(true), ignored);
     // Reads that follow a readiness wait must not block the worker (see Read).
     socket_.non_blocking(true, ignored);
-    last_read_ = std::chrono::steady_clock::now();
+    last_read_ = accepted_ = last_write_progress_ = std::chrono::steady_clock::now();
     if (set_.tls_ == nullptr) {
       Read();
       return;
@@ -87,16 +100,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The reaper's visit: the deadlines, then idle memory.
   void Tick(Time now) {
     if (!socket_.is_open()) return;  // closed already; its last handlers are yet to run
-    if ((in_.size() > 0 || handshaking_) && !closing_ &&
-        now - frame_started_ >= set_.frame_timeout_) {
-      set_.frame_timeouts_.Add();
-      // A handshake that timed out is counted and its slot freed before the peer sees the
-      // close, not when the aborted wait's handler runs.
+    const bool before_auth = handshaking_ || (!ssl_ && set_.tls_) || !session_.authenticated;
+    if (before_auth && !closing_ && now - accepted_ >= set_.auth_timeout_) {
+      // The TLS handshake and the hello's proof, within auth_timeout of the accept. Counted
+      // and its slots freed before the peer sees the close.
+      set_.auth_timeouts_.Add();
       if (handshaking_) {
         FailHandshake();
       } else {
         Close();
       }
+    } else if (in_.size() > 0 && !closing_ && now - frame_started_ >= set_.frame_timeout_) {
+      set_.frame_timeouts_.Add();
+      Close();
+    } else if (session_.secret_tag != 0 && !set_.node_.SessionValid(session_)) {
+      set_.revoked_.Add();  // the secret it proved was removed: it proves the current one
+      Close();
     } else if (now - last_read_ >= set_.idle_timeout_) {
       set_.idle_timeouts_.Add();
       Close();
@@ -118,6 +137,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Read() {
     if (reading_ || closing_ || turn_posted_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
+    if (OverBudget()) {
+      budget_paused_ = true;  // resumed by the reaper once the node is within its budget
+      return;
+    }
+    budget_paused_ = false;
     reading_ = true;
     if (ssl_) {
       // Posted, not called: a peer that keeps sending must not deepen the stack.
@@ -204,6 +228,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           Node::AfterFrame::kClose) {
         closing_ = true;
       }
+      if (admission_.preauth && session_.authenticated) ReleasePreauth();
       if (const uint64_t seq = Node::TakeSyncNeeded(set_.worker_); seq != 0) {
         held_.push_back({reply_start, seq});
       }
@@ -215,7 +240,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // A buffer grown for a large frame leaves with it.
     if (in_.size() == 0 && EmptyBufferBytes(in_) > kMaxReadBytes) in_ = ReadBuffer();
     Write();
+    Account();
     Read();
+  }
+
+ public:
+  // The reaper's resumption of a connection that stopped reading for the node's budget.
+  void ResumeIfWithinBudget() {
+    if (budget_paused_ && socket_.is_open() && !OverBudget()) Read();
+  }
+
+ private:
+  bool OverBudget() const {
+    return set_.limits_.buffered.load(std::memory_order_relaxed) >
+           set_.options_.reply_budget_bytes;
+  }
+  // Brings the node's count of buffered reply bytes up to date with this connection's.
+  void Account() {
+    const size_t now_held = pending_.size() + out_.size();
+    if (now_held == buffered_) return;
+    set_.limits_.buffered.fetch_add(static_cast<int64_t>(now_held) -
+                                        static_cast<int64_t>(buffered_),
+                                    std::memory_order_relaxed);
+    buffered_ = now_held;
+  }
+  void ReleasePreauth() {
+    if (!admission_.preauth) return;
+    admission_.preauth = false;
+    set_.limits_.preauth.fetch_sub(1, std::memory_order_relaxed);
+    set_.limits_.preauth_sources.Remove(admission_.source);
   }
 
   void PostTurn() {
@@ -234,6 +287,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const size_t ready = Sendable();
     if (ready == 0) return;
     writing_ = true;
+    last_write_progress_ = std::chrono::steady_clock::now();
     if (ready == pending_.size()) {
       out_.swap(pending_);
       pending_.clear();
@@ -281,6 +335,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     writing_ = false;
     out_.clear();
     if (out_.capacity() > kKeepOutputBytes) FreeVector(out_);
+    last_write_progress_ = std::chrono::steady_clock::now();
+    Account();
     if (ec) {
       Close();
       return;
@@ -323,14 +379,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // OpenSSL then works on the non-blocking socket itself: no BIO pair, no stream buffers.
   void BeginTls() {
     if (!socket_.is_open()) return;  // closed meanwhile (idle timeout, the node stopping)
-    if (set_.handshakes_.fetch_add(1, std::memory_order_relaxed) >=
-        set_.options_.max_tls_handshakes) {
-      set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
-      set_.tls_handshakes_refused_.Add();
-      Close();
-      return;
+    // Peers are held to neither cap: no number of strangers' handshakes keeps a node out.
+    if (!admission_.peer) {
+      if (set_.limits_.handshakes.load(std::memory_order_relaxed) >=
+              set_.options_.max_tls_handshakes ||
+          !set_.limits_.handshake_sources.TryAdd(admission_.source,
+                                                 set_.options_.max_tls_handshakes_per_source)) {
+        set_.tls_handshakes_refused_.Add();
+        Close();
+        return;
+      }
     }
-    handshaking_ = true;  // a frame of its own: it must finish within frame_timeout
+    set_.limits_.handshakes.fetch_add(1, std::memory_order_relaxed);
+    handshaking_ = true;  // within auth_timeout of the accept (Tick)
     frame_started_ = std::chrono::steady_clock::now();
     ssl_.reset(SSL_new(set_.tls_->native_handle()));
     if (!ssl_ || SSL_set_fd(ssl_.get(), static_cast<int>(socket_.native_handle())) != 1) {
@@ -347,6 +408,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const int r = SSL_do_handshake(ssl_.get());
     if (r == 1) {
       EndHandshake();
+      if (set_.limits_.node_certs) {
+        Node::NoteTlsNode(session_, set_.limits_.node_certs->IsNode(ssl_.get()));
+      }
       last_read_ = std::chrono::steady_clock::now();
       Read();
       return;
@@ -360,7 +424,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   void EndHandshake() {
     handshaking_ = false;
-    set_.handshakes_.fetch_sub(1, std::memory_order_relaxed);
+    set_.limits_.handshakes.fetch_sub(1, std::memory_order_relaxed);
+    if (!admission_.peer) set_.limits_.handshake_sources.Remove(admission_.source);
   }
   void FailHandshake() {
     if (handshaking_) EndHandshake();
@@ -399,6 +464,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const int n = SSL_write(ssl_.get(), out_.data() + out_sent_, static_cast<int>(left));
       if (n > 0) {
         out_sent_ += static_cast<size_t>(n);
+        last_write_progress_ = std::chrono::steady_clock::now();
         continue;
       }
       if (const auto want = WantOf(n)) {
@@ -417,6 +483,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (pending_.empty()) FreeVector(pending_);
     if (writing_) return;
     FreeVector(out_);
+    Account();
     if (ssl_) {
       if (in_.size() == 0) in_ = ReadBuffer();  // a TLS read waits without a buffer
       return;
@@ -439,12 +506,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<SSL, SslFree> ssl_;  // TLS over socket_'s descriptor; null: plain TCP
   ConnectionSet& set_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
+  Admission admission_;  // its source; .preauth while it holds a pre-auth slot
   Node::Session session_;
   ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
   std::vector<uint8_t> out_;      // the write in flight
   size_t out_sent_ = 0;           // TLS: how much of out_ OpenSSL has taken
   Time last_read_;                // the idle timeout runs from here
+  Time accepted_;                 // auth_timeout runs from here
+  Time last_write_progress_;      // a write began or moved on (Stalled)
+  size_t buffered_ = 0;           // pending_ + out_ as last counted in limits.buffered
   Time frame_started_;            // when the unread bytes in in_ began to arrive
   bool reading_ = false;
   bool writing_ = false;
@@ -462,31 +533,62 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool releasing_ = false;  // the read in flight was cancelled to free its buffer
   bool turn_posted_ = false;  // frames wait in in_ for a posted turn (PostTurn); no read
   bool handshaking_ = false;  // TLS: the handshake has begun and not ended
+  bool budget_paused_ = false;  // not reading: the node's replies are over the budget
 };
 
 ConnectionSet::ConnectionSet(Node& node, Node::Worker& worker, const ServerOptions& options,
-                             std::atomic<int64_t>& open, asio::ssl::context* tls,
-                             std::atomic<int64_t>& handshakes)
+                             ConnectionLimits& limits, asio::ssl::context* tls)
     : node_(node),
       worker_(worker),
       options_(options),
-      open_(open),
+      limits_(limits),
       tls_(tls),
-      handshakes_(handshakes),
       idle_timeout_(options.idle_timeout_ms),
       frame_timeout_(options.frame_timeout_ms),
+      auth_timeout_(options.auth_timeout_ms),
       reap_interval_(ReapInterval(options)) {}
 
-void ConnectionSet::Add(tcp::socket socket) {
-  std::make_shared<Connection>(std::move(socket), *this)->Start();
+void ConnectionSet::Add(tcp::socket socket, Admission admission) {
+  std::make_shared<Connection>(std::move(socket), *this, admission)->Start();
 }
 
 void ConnectionSet::Reap(Time now) {
+  EnforceBudget(now);
   for (auto it = connections_.begin(); it != connections_.end();) {
     std::shared_ptr<Connection> c = it->lock();
     ++it;  // before c goes: its end erases the entry `it` was on
-    if (c) c->Tick(now);
+    if (c) {
+      c->Tick(now);
+      c->ResumeIfWithinBudget();
+    }
   }
+}
+
+void ConnectionSet::EnforceBudget(Time now) {
+  const int64_t over =
+      limits_.buffered.load(std::memory_order_relaxed) - options_.reply_budget_bytes;
+  if (over <= 0) return;
+  // Every worker does this for its own connections: each closes its largest stalled ones
+  // until they cover the whole excess (a closed connection's bytes leave the count only
+  // once its handlers have run, so the next reap sees what is left).
+  std::vector<std::shared_ptr<Connection>> stalled;
+  for (auto& weak : connections_) {
+    if (auto c = weak.lock(); c && c->buffered() > 0 && c->Stalled(now)) stalled.push_back(c);
+  }
+  std::sort(stalled.begin(), stalled.end(),
+            [](const auto& a, const auto& b) { return a->buffered() > b->buffered(); });
+  int64_t covered = 0;
+  for (auto& c : stalled) {
+    if (covered >= over) break;
+    covered += static_cast<int64_t>(c->buffered());
+    budget_closes_.Add();
+    c->Close();
+  }
+}
+
+bool ConnectionLimits::IsPeer(const asio::ip::address& address) const {
+  const std::shared_ptr<const std::vector<asio::ip::address>> list = peers.load();
+  return list && std::find(list->begin(), list->end(), address) != list->end();
 }
 
 void ConnectionSet::CloseAll() {
@@ -499,7 +601,8 @@ void ConnectionSet::CloseAll() {
 }
 
 std::chrono::milliseconds ReapInterval(const ServerOptions& options) {
-  const int64_t shorter = std::min(options.idle_timeout_ms, options.frame_timeout_ms);
+  const int64_t shorter =
+      std::min({options.idle_timeout_ms, options.frame_timeout_ms, options.auth_timeout_ms});
   return std::chrono::milliseconds(std::clamp<int64_t>(shorter / 4, 50, 1000));
 }
 

@@ -106,7 +106,7 @@ bool Node::Adopt(const Ring* before_override, std::shared_ptr<const Membership> 
   if (added > 0) waits_until_ms_ = clock_.NowMs() + options_.handoff_deadline_ms;
   pending_count_.store(count);
   if (count == 0) waits_.clear();
-  membership_.store(next);
+  Publish(next);
   if (gives && !after.empty()) {
     jobs_.push_back({current, std::move(next), {}});
     handoff_counters_.jobs.fetch_add(1);
@@ -132,7 +132,7 @@ void Node::Leave(uint64_t generation) {
   pending_count_.store(0);
   waits_.clear();
   const std::shared_ptr<const Membership> from = membership_.load();
-  membership_.store(next);
+  Publish(next);
   jobs_.push_back({from, std::move(next), {}});
   handoff_counters_.jobs.fetch_add(1);
   jobs_cv_.notify_all();
@@ -144,7 +144,8 @@ std::optional<std::string> Node::Join(std::vector<std::string> previous,
   if (IndexOf(next->ring, options_.self) < 0) {
     return "this node (" + options_.self + ") is not in the member list it joins with";
   }
-  const Ring before(std::move(previous));
+  // The list it joins from is one the members hand its keys by: remembered (MayHand).
+  const auto before = std::make_shared<const Membership>(Membership{Ring(std::move(previous)), 0});
   std::lock_guard<std::mutex> change(change_mu_);
   {
     std::lock_guard<std::mutex> lock(handoff_mu_);  // the gate gives way to the real waits
@@ -152,9 +153,59 @@ std::optional<std::string> Node::Join(std::vector<std::string> previous,
       uint8_t gate = kAnySource;
       pending_[slot].compare_exchange_strong(gate, 0);
     }
+    RememberLocked(before);
   }
-  if (!Adopt(&before, std::move(next))) OpenGate();
+  if (!Adopt(&before->ring, std::move(next))) OpenGate();
   return std::nullopt;
+}
+
+void Node::Publish(std::shared_ptr<const Membership> next) {
+  const std::shared_ptr<const Membership> current = membership_.load();
+  if (current != next) RememberLocked(current);
+  membership_.store(std::move(next));
+}
+
+void Node::RememberLocked(std::shared_ptr<const Membership> list) {
+  recent_.push_front(std::move(list));
+  if (recent_.size() > kRecentLists) recent_.pop_back();
+}
+
+std::vector<std::shared_ptr<const Node::Membership>> Node::KnownMemberships() const {
+  std::vector<std::shared_ptr<const Membership>> known{membership_.load()};
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  known.insert(known.end(), recent_.begin(), recent_.end());
+  return known;
+}
+
+bool Node::MayHand(const std::string& from, uint32_t slot,
+                   const std::vector<std::shared_ptr<const Membership>>& known) const {
+  const auto owner = [slot](const Ring& ring) -> const std::string& {
+    return ring.members()[ring.OwnerOfSlot(slot)];
+  };
+  const Ring& now = known.front()->ring;
+  if (now.empty()) return false;  // a standalone node takes nobody's keys
+  // This node lags behind the sender's list: the sender still owns the slot by this node's
+  // list, so the state is the sender's own to give.
+  if (owner(now) == from) return true;
+  if (leaving_.load()) {
+    // A node that leaves takes what a member that did not know it yet sends it, to pass on
+    // to the owners by its list: the sender's own slots only.
+    for (size_t i = 1; i < known.size(); ++i) {
+      if (!known[i]->ring.empty() && owner(known[i]->ring) == from) return true;
+    }
+    return false;
+  }
+  if (owner(now) != options_.self) return false;  // a third member's: never
+  // A member that has left may also pass on what another leaver handed it before it heard of
+  // the other's leave (it forwards to the owner by its list): keys of a slot some member that
+  // is gone now owned, never a live member's.
+  const bool from_left = IndexOf(now, from) < 0;
+  for (size_t i = 1; i < known.size(); ++i) {
+    if (known[i]->ring.empty()) continue;
+    const std::string& then = owner(known[i]->ring);
+    if (then == from || (from_left && IndexOf(now, then) < 0)) return true;
+  }
+  return false;
 }
 
 void Node::OpenGate() {
@@ -381,13 +432,28 @@ HandoffStats Node::Export(const HandoffJob& job, const HandoffSink& send,
   return stats;
 }
 
-void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
-  const wire::Handoff* h = peer ? peer->handoff() : nullptr;
+void Node::HandoffOp(Worker& w, int64_t now, OpResult& r) {
+  const wire::Handoff* h = w.peer ? w.peer->handoff() : nullptr;
   if (h == nullptr || h->from() == nullptr || h->from()->size() == 0) {
     return r.Fail(wire::Status::BadRequest,
                   "HANDOFF needs the frame's peer.handoff table, naming `from`");
   }
   const std::string from = h->from()->str().substr(0, kMaxNameBytes);
+  // Only a peer, only for itself, and only a member of a list this node held lately.
+  if (auto refused = PeerOpRefusal(w, "HANDOFF", &from)) {
+    return r.Fail(wire::Status::Forbidden, *refused);
+  }
+  const std::vector<std::shared_ptr<const Membership>> known = KnownMemberships();
+  const bool member = std::any_of(known.begin(), known.end(), [&](const auto& m) {
+    return IndexOf(m->ring, from) >= 0;
+  });
+  if (!member) {
+    handoff_counters_.refused_batches.fetch_add(1);
+    return r.Fail(wire::Status::Forbidden,
+                  "hand-off from " + from +
+                      " refused: it is not a member of this node's list, nor of the lists it "
+                      "held lately");
+  }
   if (h->policies() != policy_digest_ || h->key_seed() != KeyIdSeedDigest()) {
     handoff_counters_.refused_batches.fetch_add(1);
     return r.Fail(wire::Status::BadRequest,
@@ -410,6 +476,12 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
       const KeyId id{k->id_lo(), k->id_hi()};
       if (k->policy() >= policies.size() || (id.lo | id.hi) == 0) {
         refuse(i, "no such policy or key id");
+        continue;
+      }
+      if (!MayHand(from, RingSlotOf(id), known)) {
+        handoff_counters_.keys_refused.fetch_add(1);
+        refuse(i, "its ring slot " + std::to_string(RingSlotOf(id)) + " is not one this node "
+               "gains from " + from);
         continue;
       }
       const int policy = k->policy();
@@ -466,7 +538,8 @@ void Node::HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r) {
     for (const wire::SplitRecord* s : *splits) {
       const KeyId id{s->id_lo(), s->id_hi()};
       if (s->policy() >= policies.size() || s->key() == nullptr || s->key()->size() == 0 ||
-          s->key()->size() > kMaxKeyBytes || protocol::SplitError(s->k(), 0)) {
+          s->key()->size() > kMaxKeyBytes || protocol::SplitError(s->k(), 0) ||
+          !MayHand(from, RingSlotOf(id), known)) {
         continue;
       }
       const size_t stripe = store_.StripeOf(id);

@@ -34,9 +34,13 @@ void RaiseDescriptorLimit() {
   }
 }
 
+// A CLI11 check that a flag's value lies in a config_bounds range (the config file's too).
+CLI::Range InBound(limiter::config_bounds::Bound b) { return CLI::Range(b.min, b.max); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace limiter::config_bounds;
   CLI::App app{"limiterd: a shard node of the rate-limiter cluster"};
   std::string config_path, listen, admin, policies, name;
   int threads = 0;
@@ -46,25 +50,41 @@ int main(int argc, char** argv) {
   app.add_option("--admin", admin, "HOST:PORT for /metrics, /healthz, /readyz");
   app.add_option("--policies", policies, "Policy file (YAML)");
   app.add_option("--threads", threads, "Worker threads (default: one per core)")
-      ->check(CLI::Range(1, 256));
-  app.add_option("--max-keys", max_keys, "Most keys held at once")->check(CLI::PositiveNumber);
+      ->check(InBound(kThreads));
+  app.add_option("--max-keys", max_keys, "Most keys held at once")->check(InBound(kMaxKeys));
   app.add_option("--name", name, "Node name");
   int64_t max_connections = 0, frame_timeout_ms = 0;
   app.add_option("--max-connections", max_connections,
                  "Most client connections open at once; more are closed as soon as accepted "
                  "(default 10000)")
-      ->check(CLI::PositiveNumber);
+      ->check(InBound(kMaxConnections));
   app.add_option("--frame-timeout-ms", frame_timeout_ms,
                  "A frame begun must be whole within this, or its connection closes "
                  "(default 10000)")
-      ->check(CLI::PositiveNumber);
+      ->check(InBound(kFrameTimeoutMs));
+  int64_t auth_timeout_ms = 0, max_preauth = 0, max_preauth_per_source = 0, reply_budget = 0;
+  app.add_option("--auth-timeout-ms", auth_timeout_ms,
+                 "A connection must finish its TLS handshake and prove its credential within "
+                 "this, or it is closed (default 2000)")
+      ->check(InBound(kAuthTimeoutMs));
+  app.add_option("--max-preauth-connections", max_preauth,
+                 "Connections not yet authenticated, over the node (default: a quarter of "
+                 "--max-connections)")
+      ->check(InBound(kMaxPreauth));
+  app.add_option("--max-preauth-per-source", max_preauth_per_source,
+                 "Connections not yet authenticated, per source address (default 64)")
+      ->check(InBound(kMaxPreauth));
+  app.add_option("--reply-budget-bytes", reply_budget,
+                 "Bytes of replies buffered over all connections; past it reads pause and the "
+                 "largest connections that do not read are closed (default 268435456)")
+      ->check(InBound(kReplyBudgetBytes));
   std::string members, members_dns, self;
   int64_t generation = -1;
   app.add_option("--members", members,
                  "The cluster: HOST:PORT,HOST:PORT,... (default: standalone)");
   app.add_option("--generation", generation,
                  "Generation of --members: nodes and gateways adopt only a larger one (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
   app.add_option("--members-dns", members_dns, "Or NAME:PORT resolving to every node, re-resolved");
   app.add_option("--self", self, "This node's HOST:PORT among the members");
   int64_t handoff_deadline_ms = -1;
@@ -72,7 +92,7 @@ int main(int argc, char** argv) {
                  "Hand-off on leave (SIGTERM) and join: how long keys may take to reach their "
                  "new owner, and a joining node waits for them, before they start fresh; 0 "
                  "turns the hand-off off (default 10000)")
-      ->check(CLI::Range(int64_t{0}, int64_t{600'000}));
+      ->check(InBound(kHandoffDeadlineMs));
   std::string data_dir, durability;
   int64_t sync_interval_ms = 0;
   app.add_option("--data-dir", data_dir,
@@ -83,39 +103,51 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "interval"}));
   app.add_option("--sync-interval-ms", sync_interval_ms,
                  "Interval durability: how often queued changes are synced (default 100)")
-      ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
+      ->check(InBound(kSyncIntervalMs));
   int64_t hot_split_above = -1;
   int hot_split = 0;
   app.add_option("--hot-split-above", hot_split_above,
                  "Split a key above this many ops/s on this node (0: never; default 10000)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(InBound(kHotRate));
   app.add_option("--hot-split", hot_split, "Sub-buckets of a split key: 2, 4, ... 64")
       ->check(CLI::IsMember({2, 4, 8, 16, 32, 64}));
   std::string secret_file;
   int64_t secret_reload_ms = 0;
   bool insecure = false;
   int64_t max_ops_per_frame = 0;
+  std::string peer_secret_file, key_seed_file;
   app.add_option("--secret-file", secret_file,
-                 "The cluster secret: a file of one line (or two: current and next), re-read "
+                 "The gateway secret: a file of one line (or two: current and next), re-read "
                  "for rotation; else $LIMITER_SECRET_FILE or $LIMITER_SECRET");
+  app.add_option("--peer-secret-file", peer_secret_file,
+                 "The peer secret, which only nodes hold: allows member-list changes, "
+                 "hand-offs, region reports and admin actions; re-read like --secret-file; else "
+                 "$LIMITER_PEER_SECRET_FILE or $LIMITER_PEER_SECRET");
+  app.add_option("--key-seed-file", key_seed_file,
+                 "The key-id seed: one value, the same on every node, that never rotates; else "
+                 "$LIMITER_KEY_SEED_FILE or $LIMITER_KEY_SEED (without one: derived from the "
+                 "first gateway secret, which then must not rotate)");
   app.add_option("--secret-reload-ms", secret_reload_ms,
-                 "How often the secret file is re-read (default 5000)")
-      ->check(CLI::Range(int64_t{10}, int64_t{3'600'000}));
+                 "How often the secret files are re-read (default 5000)")
+      ->check(InBound(kSecretReloadMs));
   app.add_flag("--insecure", insecure,
                "Serve beyond loopback without a cluster secret (every peer is trusted)");
   app.add_option("--max-ops-per-frame", max_ops_per_frame,
                  "Ops one frame may carry (default 8192)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+      ->check(InBound(kMaxOpsPerFrame));
   limiter::TlsOptions tls;
   app.add_option("--tls-cert", tls.cert_file,
                  "TLS on the data port: this node's certificate chain (PEM)");
   app.add_option("--tls-key", tls.key_file, "The key of --tls-cert (PEM)");
   app.add_option("--tls-client-ca", tls.ca_file,
                  "Mutual TLS: clients must present a certificate this CA signed (PEM)");
+  app.add_option("--tls-peer-ca", tls.peer_ca_file,
+                 "The CA of node certificates only (PEM): a connection is a peer only with a "
+                 "certificate it signed, and nodes verify each other against it");
   int64_t max_tls_handshakes = 0;
   app.add_option("--max-tls-handshakes", max_tls_handshakes,
                  "TLS handshakes in progress at once; more are closed (default 1000)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+      ->check(InBound(kMaxTlsHandshakes));
   CLI11_PARSE(app, argc, argv);
 
   limiter::NodeConfig config;
@@ -134,6 +166,10 @@ int main(int argc, char** argv) {
   if (max_keys > 0) config.node.store.max_keys = max_keys;
   if (max_connections > 0) config.server.max_connections = max_connections;
   if (frame_timeout_ms > 0) config.server.frame_timeout_ms = frame_timeout_ms;
+  if (auth_timeout_ms > 0) config.server.auth_timeout_ms = auth_timeout_ms;
+  if (max_preauth > 0) config.server.max_preauth_connections = max_preauth;
+  if (max_preauth_per_source > 0) config.server.max_preauth_per_source = max_preauth_per_source;
+  if (reply_budget > 0) config.server.reply_budget_bytes = reply_budget;
   if (!name.empty()) config.node.name = name;
   if (!members.empty()) {
     limiter::Result<std::vector<std::string>> list = limiter::ParseMemberList(members);
@@ -186,26 +222,56 @@ int main(int argc, char** argv) {
   if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
   if (insecure) config.insecure = true;
   if (max_ops_per_frame > 0) config.node.max_ops_per_frame = static_cast<uint32_t>(max_ops_per_frame);
-  if (!tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty()) {
+  if (!tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty() ||
+      !tls.peer_ca_file.empty()) {
     config.server.tls = tls;  // the flags replace the file's tls: whole
   }
   if (max_tls_handshakes > 0) config.server.max_tls_handshakes = max_tls_handshakes;
-  limiter::Result<limiter::auth::SecretSource> secret = limiter::auth::FindSecrets(config.secret_file);
-  if (!secret) {
-    std::cerr << "limiterd: " << secret.error() << '\n';
+  if (!peer_secret_file.empty()) config.peer_secret_file = peer_secret_file;
+  if (!key_seed_file.empty()) config.key_seed_file = key_seed_file;
+  using limiter::auth::SecretKind;
+  limiter::Result<limiter::auth::SecretSource> secret =
+      limiter::auth::FindSecrets(config.secret_file, SecretKind::kGateway);
+  limiter::Result<limiter::auth::SecretSource> peer_secret =
+      secret ? limiter::auth::FindSecrets(config.peer_secret_file, SecretKind::kPeer)
+             : limiter::Result<limiter::auth::SecretSource>(limiter::Error{secret.error()});
+  limiter::Result<limiter::auth::SecretSource> key_seed =
+      peer_secret ? limiter::auth::FindSecrets(config.key_seed_file, SecretKind::kKeySeed)
+                  : limiter::Result<limiter::auth::SecretSource>(
+                        limiter::Error{peer_secret.error()});
+  if (!key_seed) {
+    std::cerr << "limiterd: " << key_seed.error() << '\n';
+    return 1;
+  }
+  if (auto error = limiter::CheckCredentials(config, secret->secrets, peer_secret->secrets)) {
+    std::cerr << "limiterd: " << *error << '\n';
     return 1;
   }
   config.node.secrets = secret->secrets;
+  config.node.peer_secrets = peer_secret->secrets;
+  config.node.peer_tls = !config.server.tls.peer_ca_file.empty();
   // Every node of the cluster makes the same key id for a key (key_id.h), so that a node can
-  // hand a key's state to another by id: the seed comes from the cluster secret the node
-  // starts with (a constant without one, a cluster that trusts every peer anyway).
-  limiter::SetKeyIdSeed(limiter::auth::KeyIdSeedOf(
-      secret->secrets.empty() ? std::string_view() : secret->secrets.values.front()));
+  // hand a key's state to another by id and find its durable records after a restart: the
+  // seed comes from the key-id seed, a value of its own that never rotates. A node given none
+  // derives it from its first gateway secret, as before there was one: rotating that secret
+  // then changes the seed at the next restart (README "Rotation"), so say so.
+  std::string_view seed_value;
+  if (!key_seed->secrets.empty()) {
+    seed_value = key_seed->secrets.values.front();
+  } else if (!secret->secrets.empty()) {
+    seed_value = secret->secrets.values.front();
+    std::fprintf(stderr,
+                 "limiterd: no key-id seed (--key-seed-file, key_seed_file:, "
+                 "$LIMITER_KEY_SEED_FILE): it is derived from the first gateway secret, so "
+                 "rotating that secret will change every key id at the next restart; put the "
+                 "current first secret into a key-seed file before you rotate\n");
+  }
+  limiter::SetKeyIdSeed(limiter::auth::KeyIdSeedOf(seed_value));
   const bool in_cluster = !config.node.members.empty() || !config.server.members_dns.empty();
   config.node.join_gate = in_cluster && config.node.handoff_deadline_ms > 0;
   if (secret->secrets.empty() && config.server.tls.ca_file.empty() && !config.insecure) {
-    // Protected mode: a node that authenticates nobody (no secret, no client certificates)
-    // trusts every peer, so it stays on loopback.
+    // Protected mode: a node that authenticates no gateway (no gateway secret, no client
+    // certificates) lets every peer spend any key's allowance, so it stays on loopback.
     const std::optional<limiter::HostPort> hp = limiter::ParseHostPort(config.server.listen);
     in_addr v4{};
     in6_addr v6{};
@@ -231,10 +297,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   limiter::Node node(*policy_set, clock, config.node, std::move(durable).value());
-  std::unique_ptr<limiter::SecretWatcher> watcher;
+  std::unique_ptr<limiter::SecretWatcher> watcher, peer_watcher;
   if (!secret->file.empty()) {
     watcher = std::make_unique<limiter::SecretWatcher>(
-        node, secret->file, secret->secrets, std::chrono::milliseconds(config.secret_reload_ms));
+        node, secret->file, SecretKind::kGateway, secret->secrets,
+        std::chrono::milliseconds(config.secret_reload_ms));
+  }
+  if (!peer_secret->file.empty()) {
+    peer_watcher = std::make_unique<limiter::SecretWatcher>(
+        node, peer_secret->file, SecretKind::kPeer, peer_secret->secrets,
+        std::chrono::milliseconds(config.secret_reload_ms));
   }
   limiter::Server server(node, config.server);
   if (auto error = server.Start()) {

@@ -67,7 +67,7 @@ std::optional<std::string> Node::MemberJoins(const std::string& member, uint64_t
       next = std::make_shared<const Membership>(Membership{current->ring, generation});
     }
     std::lock_guard<std::mutex> lock(handoff_mu_);
-    membership_.store(next);
+    Publish(next);
     jobs_.push_back({current, std::move(next), member});
     handoff_counters_.jobs.fetch_add(1);
     jobs_cv_.notify_all();
@@ -92,14 +92,15 @@ std::optional<std::string> Node::MemberJoins(const std::string& member, uint64_t
 void Node::Rehome(std::shared_ptr<const Membership> next) {
   std::lock_guard<std::mutex> lock(handoff_mu_);
   const std::shared_ptr<const Membership> current = membership_.load();
-  membership_.store(next);
+  Publish(next);
   if (next->ring.empty()) return;  // nobody left to hand to
   jobs_.push_back({current, std::move(next), {}});
   handoff_counters_.jobs.fetch_add(1);
   jobs_cv_.notify_all();
 }
 
-void Node::MembersOp(const wire::Peer* peer, OpResult& r) {
+void Node::MembersOp(Worker& w, OpResult& r) {
+  const wire::Peer* peer = w.peer;
   const auto* list = peer ? peer->members() : nullptr;
   const bool whole = list != nullptr && list->size() > 0;
   const flatbuffers::String* leaving = peer ? peer->leaving() : nullptr;
@@ -116,6 +117,26 @@ void Node::MembersOp(const wire::Peer* peer, OpResult& r) {
   }
   if (auto error = BadName(leaving, "leaving")) return r.Fail(wire::Status::BadRequest, *error);
   if (auto error = BadName(joining, "joining")) return r.Fail(wire::Status::BadRequest, *error);
+  // Asking for the list is anyone's (a gateway that lost a node does); changing it is a
+  // member's alone, and a leave or a join only the member's own.
+  if (leaving || joining) {
+    const std::string named = (leaving ? leaving : joining)->str();
+    if (auto refused = PeerOpRefusal(w, leaving ? "MEMBERS (leaving)" : "MEMBERS (joining)",
+                                     &named)) {
+      return r.Fail(wire::Status::Forbidden, *refused);
+    }
+  } else if (whole) {
+    if (auto refused = PeerOpRefusal(w, "MEMBERS (a member list)", nullptr)) {
+      return r.Fail(wire::Status::Forbidden, *refused);
+    }
+    const std::string& sender = w.session ? w.session->peer_name : std::string();
+    if (!sender.empty() && !Lists(membership_.load()->ring, sender)) {
+      w.counters.peer_refusals.Add();
+      return r.Fail(wire::Status::Forbidden, "members: " + sender +
+                                                 " is not a member of this node's list; only a "
+                                                 "member may send it another");
+    }
+  }
   const std::shared_ptr<const Membership> before = membership_.load();
   std::optional<std::string> error;
   if (leaving) {

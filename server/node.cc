@@ -52,6 +52,8 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
       store_(policies, WithClock(options_.store, clock)),
       durable_(std::move(durable)),
       requires_secret_(!options_.secrets.empty()),
+      has_peer_secret_(!options_.peer_secrets.empty()),
+      trust_all_(!requires_secret_ && !has_peer_secret_ && !options_.peer_tls),
       next_lease_id_(options_.lease_id_start != 0 ? options_.lease_id_start : RandomLeaseIdStart()),
       started_ms_(clock.NowMs()),
       pending_(std::make_unique<std::atomic<uint8_t>[]>(Ring::kSlots)),
@@ -60,6 +62,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
     policy_index_.emplace(policies.policies()[i].name, static_cast<int>(i));
   }
   secrets_.store(std::make_shared<const auth::Secrets>(options_.secrets));
+  peer_secrets_.store(std::make_shared<const auth::Secrets>(options_.peer_secrets));
   membership_.store(
       std::make_shared<const Membership>(Membership{Ring(options_.members), options_.generation}));
   durable_policy_.assign(policies.policies().size(), false);
@@ -154,6 +157,8 @@ uint32_t Node::FrameLimit(const Session& session) const {
 void Node::HandleFrame(Worker& w, std::span<const uint8_t> body, std::vector<uint8_t>& out) {
   Session trusted;
   trusted.authenticated = true;
+  trusted.peer = true;
+  trusted.in_process = true;
   HandleFrame(w, trusted, body, out);
   if (const uint64_t seq = TakeSyncNeeded(w); seq != 0) durable_->WaitSynced(seq);
 }
@@ -180,8 +185,15 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
     // Before authentication, nothing but a valid hello is worth another chance.
     return session.authenticated ? AfterFrame::kContinue : AfterFrame::kClose;
   }
+  if (session.secret_tag != 0 && !SessionValid(session)) {
+    // Rotation removed the secret this connection proved: it proves the current one anew.
+    w.counters.sessions_revoked.Add();
+    ErrorFrame(w, "the secret this connection proved is no longer accepted (it was removed "
+                  "from the node's secret file); reconnect with the current one", out);
+    return AfterFrame::kClose;
+  }
   std::optional<auth::Mac> node_proof;
-  if (!session.authenticated) {
+  if (WantsHandshake(session, *request)) {
     switch (Authenticate(w, session, *request, out, node_proof)) {
       case Gate::kAnswered:
         return AfterFrame::kContinue;
@@ -211,6 +223,7 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   }
   w.replies.clear();
   w.peer = request->peer();
+  w.session = &session;
   w.ahead = {};
   if (const auto* ops = request->ops()) {
     w.frame_ops = ops->size();
@@ -365,10 +378,10 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
       r.with_hot_keys = true;
       break;
     case wire::OpType::Members:
-      MembersOp(w.peer, r);
+      MembersOp(w, r);
       break;
     case wire::OpType::Handoff:
-      HandoffOp(w.peer, now, r);
+      HandoffOp(w, now, r);
       break;
     case wire::OpType::Regions:
       RegionsOp(w, op, m, now, r);

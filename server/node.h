@@ -67,9 +67,16 @@ struct NodeOptions {
   uint32_t max_ops_per_frame = 8192;
   uint32_t max_reply_bytes = 8u << 20;   // checked as the reply is built
   uint32_t max_inspects_per_frame = 64;  // INSPECT; STATS and HOTKEYS: one each
-  // The cluster secret(s): with any, every connection must prove one in its hello, and split
-  // tokens are signed with the first. Empty: every peer is trusted.
+  // The gateway secret(s): with any, every connection must prove one (or the peer secret) in
+  // its hello, and split tokens are signed with the first. Empty: gateways need not prove
+  // anything (a node that also has no peer credential trusts every peer).
   auth::Secrets secrets;
+  // The peer credential, which only nodes hold: the peer secret(s), and/or, with mutual TLS,
+  // a node certificate (peer_tls: the server tells node certificates from gateways' by a
+  // separate CA and marks the session, NoteTlsNode). Only a session that proved it may send
+  // what nodes say to each other: member-list changes, hand-offs, region reports.
+  auth::Secrets peer_secrets;
+  bool peer_tls = false;
   // How far apart the nodes' wall clocks may be: a split token is honoured this long past
   // its time, and a split reopens this much later.
   int64_t clock_skew_ms = 1000;
@@ -113,6 +120,9 @@ struct WorkerCounters {
   std::array<Counter, kBadFrameKinds> bad_frames;
   Counter refusals;  // new keys refused at max_keys
   Counter auth_failures;     // hellos without a valid proof; their connections were closed
+  Counter peer_refusals;     // node-to-node ops from a session without the peer credential
+                             // (or a peer speaking for another member), refused
+  Counter sessions_revoked;  // sessions closed because the secret they proved was removed
   Counter frames_refused;    // frames over a bound (ops, reply, STATS/HOTKEYS/INSPECT)
   Counter split_refusals;    // ops on a sub-bucket of a split that is not (or no longer) real
   Counter split_redirects;  // ops on a split key, answered with its split
@@ -139,16 +149,33 @@ class Node {
   class Worker;
   Worker& AddWorker();
 
-  // What the node knows of one connection's peer: whether it has proved the cluster
-  // secret yet. Owned by the connection; used on its worker's thread only.
+  // What the node knows of one connection's peer: whether it has proved a credential yet,
+  // which role that gives it, and which member it speaks for. Owned by the connection; used
+  // on its worker's thread only.
   struct Session {
-    bool authenticated = false;
-    bool challenged = false;  // a challenge was sent; the next hello must answer it
+    bool authenticated = false;  // may send ops (the gateway role, or no secret is needed)
+    bool peer = false;           // proved the peer credential: node-to-node ops too
+    bool challenged = false;     // a challenge was sent; the next hello must answer it
+    bool tls_node = false;       // its TLS client certificate is a node's (NoteTlsNode)
     auth::Nonce challenge{};
-    auth::Nonce nonce{};  // the client's, that the challenge was answered for
+    auth::Nonce nonce{};     // the client's, that the challenge was answered for
+    std::string peer_name;   // the member a peer proved to speak for; "" for a gateway
+    std::string claimed;     // the peer_name of the hello the challenge answered
+    bool in_process = false;     // a trusted caller in this process (HandleFrame's overload)
+    uint64_t secret_tag = 0;       // the secret it proved (auth::SecretTag); 0: none
+    bool tag_is_peer = false;      // that secret is a peer secret (else a gateway secret)
+    uint64_t secrets_version = 0;  // the node's secrets when the tag was last checked
   };
-  // A new connection's session: authenticated already when the node needs no secret.
+  // A new connection's session: authenticated already when the node needs no gateway
+  // secret, and a peer too when it authenticates nobody at all.
   Session NewSession() const;
+  // The connection's TLS client certificate was checked against the peer CA.
+  static void NoteTlsNode(Session& session, bool node_certificate) {
+    session.tls_node = node_certificate;
+  }
+  // False once the secret a session proved has been removed (rotation): its connection must
+  // be closed. Cheap while the secrets are unchanged (one load and compare).
+  bool SessionValid(Session& session) const;
   // The largest frame a connection may send next: small until its peer has authenticated,
   // so that a peer without the secret cannot make the node buffer much.
   uint32_t FrameLimit(const Session& session) const;
@@ -257,18 +284,38 @@ class Node {
   // kAnnouncedHoldMs: one that left is taken out, one that joined is put in. DNS lags behind
   // both (a terminating pod is still listed, a new one not yet), and must not undo them.
   std::vector<std::string> WithAnnounced(std::vector<std::string> discovered) const;
+  // Whether `from` may hand this node keys of ring slot `slot`: it owned the slot in a list
+  // this node held lately (or by its current list still owns it) and this node owns it now.
+  // `known`: the current membership first, then the recent ones (KnownMemberships).
+  bool MayHand(const std::string& from, uint32_t slot,
+               const std::vector<std::shared_ptr<const Membership>>& known) const;
+  // The current membership, then up to kRecentLists lists this node held before it (or joined
+  // from), newest first.
+  std::vector<std::shared_ptr<const Membership>> KnownMemberships() const;
+  static constexpr size_t kRecentLists = 4;
   static constexpr int64_t kAnnouncedHoldMs = 5 * 60 * 1000;
   // Ring slots whose keys this node waits to be handed; 0: it serves every key it owns.
   int64_t waiting_slots() const { return pending_count_.load(std::memory_order_relaxed); }
   // Jobs queued or running; 0 once every key given up has been sent.
   int64_t handoffs_in_progress() const;
 
-  // Replaces the cluster secrets (a re-read secret file: rotation). Only a node started with
-  // a secret has any to replace; an empty set is ignored. Thread-safe.
+  // Replaces the gateway (or peer) secrets (a re-read secret file: rotation). Only a node
+  // started with such a secret has any to replace; an empty set is ignored. Sessions that
+  // proved a secret no longer in the set end at their next frame or the reaper's visit
+  // (SessionValid). Thread-safe.
   void SetSecrets(auth::Secrets secrets);
-  // The secret this node proves itself with to other nodes (the first); empty: none.
+  void SetPeerSecrets(auth::Secrets secrets);
+  // The gateway secret this node proves with (the first); empty: none.
   std::string current_secret() const;
+  // The peer secret this node proves itself with to other nodes (the first); empty: none.
+  std::string current_peer_secret() const;
+  // Whether `token` is the admin token (auth::AdminToken) of one of the peer secrets; false
+  // when the node has none. The admin port's actions (POST /drain) require it.
+  bool AdminTokenValid(std::string_view token) const;
   bool requires_secret() const { return requires_secret_; }
+  // Whether the node authenticates nobody (no secret, no peer credential): every session is
+  // trusted with every op, as before roles existed. Only on loopback, or with --insecure.
+  bool trusts_everyone() const { return trust_all_; }
 
   const NodeOptions& options() const { return options_; }
   // Null when this node names no region.
@@ -289,11 +336,18 @@ class Node {
   struct Entry;
   struct Ahead;
   enum class Gate { kProceed, kAnswered, kRefused };
-  // Before a connection's peer has proved the secret: a challenge for a nonce, the proof
+  // Before a connection's peer has proved what it needs: a challenge for a nonce, the proof
   // checked (kProceed: the frame's ops may be handled, `node_proof` is the node's answer),
-  // or an error reply (kRefused: close).
+  // or an error reply (kRefused: close). Also a gateway session's hello that names a member
+  // (peer_name): the step up to the peer role.
   Gate Authenticate(Worker& w, Session& session, const wire::Request& request,
                     std::vector<uint8_t>& out, std::optional<auth::Mac>& node_proof);
+  // Whether the frame's hello asks for a handshake this session has not had.
+  bool WantsHandshake(const Session& session, const wire::Request& request) const;
+  // Why the session may not send `what`, a node-to-node op, speaking for `member` (null: it
+  // names none), or nullopt when it may. Counts a refusal.
+  std::optional<std::string> PeerOpRefusal(Worker& w, std::string_view what,
+                                           const std::string* member);
   // The first bound the frame breaks, or nullopt.
   std::optional<std::string> FrameBoundError(const wire::Request& request) const;
   // Whether an op on a sub-bucket names a split its owner really made and still hands out;
@@ -357,8 +411,8 @@ class Node {
   void Drain(int policy, const KeyId& id, int64_t now);
   // Hand-off: the Members and Handoff ops; a ring change's jobs and waits; the deadline.
   // Their payload is the frame's (wire::Request::peer), null when it has none.
-  void MembersOp(const wire::Peer* peer, OpResult& r);
-  void HandoffOp(const wire::Peer* peer, int64_t now, OpResult& r);
+  void MembersOp(Worker& w, OpResult& r);
+  void HandoffOp(Worker& w, int64_t now, OpResult& r);
   // Regions: null without a region. global_: per policy, scope: global (with regions).
   std::unique_ptr<RegionShares> regions_;
   std::vector<bool> global_;
@@ -389,7 +443,12 @@ class Node {
   std::unordered_map<std::string_view, int> policy_index_;
   SharedValue<const Membership> membership_;
   const bool requires_secret_;
+  const bool has_peer_secret_;
+  const bool trust_all_;  // no credential of any kind: every session may do everything
   SharedValue<const auth::Secrets> secrets_;
+  SharedValue<const auth::Secrets> peer_secrets_;
+  // Bumped whenever either set changes: a session rechecks its secret when it differs.
+  std::atomic<uint64_t> secrets_version_{1};
   // Lease ids: from a random start each life, so that a lease granted before a restart is
   // never mistaken for one granted after it.
   std::atomic<uint64_t> next_lease_id_;
@@ -431,6 +490,12 @@ class Node {
   std::unordered_map<std::string, std::pair<bool, int64_t>> announced_;
   int64_t waits_until_ms_ = 0;                            // guarded by handoff_mu_
   std::deque<HandoffJob> jobs_;                           // guarded by handoff_mu_
+  // Lists this node held before the current one, newest first (at most kRecentLists): a
+  // hand-off is taken only from a member that owned the slots in one of them. handoff_mu_.
+  std::deque<std::shared_ptr<const Membership>> recent_;
+  // Makes `next` the membership, remembering the one it replaces; with handoff_mu_ held.
+  void Publish(std::shared_ptr<const Membership> next);
+  void RememberLocked(std::shared_ptr<const Membership> list);
   int64_t jobs_running_ = 0;                              // guarded by handoff_mu_
   const uint64_t policy_digest_;
 

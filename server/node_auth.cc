@@ -1,5 +1,6 @@
-// Node's defences against its peers: the cluster secret's handshake, the bounds on what one
-// frame may ask for, and the check that an op on a sub-bucket names a real split.
+// Node's defences against its peers: the handshakes of the gateway and peer credentials and the
+// roles they give, the bounds on what one frame may ask for, and the check that an op on a
+// sub-bucket names a real split.
 #include <chrono>
 
 #include "common/limits.h"
@@ -26,12 +27,68 @@ auth::Bytes BytesOf(const flatbuffers::Vector<uint8_t>* v) {
 void Node::SetSecrets(auth::Secrets secrets) {
   if (!requires_secret_ || secrets.empty()) return;
   secrets_.store(std::make_shared<const auth::Secrets>(std::move(secrets)));
+  secrets_version_.fetch_add(1);
+}
+
+void Node::SetPeerSecrets(auth::Secrets secrets) {
+  if (!has_peer_secret_ || secrets.empty()) return;
+  peer_secrets_.store(std::make_shared<const auth::Secrets>(std::move(secrets)));
+  secrets_version_.fetch_add(1);
 }
 
 Node::Session Node::NewSession() const {
   Session s;
   s.authenticated = !requires_secret_;
+  s.peer = trust_all_;
+  s.secrets_version = secrets_version_.load(std::memory_order_relaxed);
   return s;
+}
+
+bool Node::SessionValid(Session& session) const {
+  const uint64_t version = secrets_version_.load(std::memory_order_relaxed);
+  if (session.secrets_version == version) return true;
+  session.secrets_version = version;
+  if (session.secret_tag == 0) return true;  // proved nothing that can be removed
+  const std::shared_ptr<const auth::Secrets> set =
+      session.tag_is_peer ? peer_secrets_.load() : secrets_.load();
+  for (const std::string& secret : set->values) {
+    if (auth::SecretTag(secret) == session.secret_tag) return true;
+  }
+  return false;
+}
+
+bool Node::AdminTokenValid(std::string_view token) const {
+  if (!has_peer_secret_) return false;
+  return auth::MatchAdminToken(*peer_secrets_.load(), token);
+}
+
+bool Node::WantsHandshake(const Session& session, const wire::Request& request) const {
+  if (!session.authenticated) return true;
+  const wire::Hello* hello = request.hello();
+  // A gateway session's hello that names a member: the step up to the peer role, when this
+  // node has a peer credential to check.
+  return hello != nullptr && !session.peer && hello->peer_name() != nullptr &&
+         (has_peer_secret_ || options_.peer_tls);
+}
+
+std::optional<std::string> Node::PeerOpRefusal(Worker& w, std::string_view what,
+                                               const std::string* member) {
+  const Session* s = w.session;
+  if (trust_all_ || s == nullptr || s->in_process) return std::nullopt;
+  std::string why;
+  if (!s->peer) {
+    why = std::string(what) +
+          " is for nodes only: this connection did not prove the peer credential (a gateway "
+          "holds the gateway secret, which allows ops about keys, not node-to-node ops)";
+  } else if (member != nullptr && *member != s->peer_name) {
+    why = std::string(what) + " speaks for " + member->substr(0, kMaxNameBytes) +
+          ", but this connection proved the peer credential for " + s->peer_name +
+          "; a node speaks only for itself";
+  } else {
+    return std::nullopt;
+  }
+  w.counters.peer_refusals.Add();
+  return why;
 }
 
 Node::Gate Node::Authenticate(Worker& w, Session& session, const wire::Request& request,
@@ -47,27 +104,49 @@ Node::Gate Node::Authenticate(Worker& w, Session& session, const wire::Request& 
         "this node requires the cluster secret: start the connection with a hello carrying a "
         "nonce, then one carrying the proof (see the README's security model)");
   }
+  const flatbuffers::String* peer_name = hello->peer_name();
+  if (peer_name != nullptr && (peer_name->size() == 0 || peer_name->size() > kMaxNameBytes)) {
+    return refuse("hello.peer_name: a member is host:port, 1 to " +
+                  std::to_string(kMaxNameBytes) + " bytes");
+  }
+  const std::string name = peer_name ? peer_name->str() : std::string();
+  // A proof is asked for the gateway secret (a session not yet authenticated, when the node
+  // has one) or the peer secret (a session naming a member, when the node has one).
+  const bool wants_gateway = !session.authenticated && requires_secret_;
+  const bool wants_peer = peer_name != nullptr && has_peer_secret_;
+  if (!wants_gateway && !wants_peer) {
+    // Nothing to prove: the gateway role is open here, and a peer is known by its TLS
+    // certificate alone (or cannot be one).
+    session.authenticated = true;
+    if (peer_name != nullptr && options_.peer_tls && session.tls_node) {
+      session.peer = true;
+      session.peer_name = name;
+    }
+    return Gate::kProceed;
+  }
   const auth::Bytes nonce = BytesOf(hello->nonce());
   const auth::Bytes proof = BytesOf(hello->proof());
+  const auth::Bytes peer_proof = BytesOf(hello->peer_proof());
   if (nonce.size() != auth::kNonceBytes) {
     return refuse("hello.nonce must be " + std::to_string(auth::kNonceBytes) +
                   " random bytes; this node requires the cluster secret");
   }
-  if (proof.empty()) {
+  if (proof.empty() && peer_proof.empty()) {
     if (session.challenged) return refuse("a second hello without a proof; one challenge only");
     if (request.ops() && request.ops()->size() > 0) {
       return refuse("ops before authentication: answer the challenge first");
     }
     session.challenged = true;
     session.challenge = auth::RandomNonce();
+    session.claimed = name;
     std::copy(nonce.begin(), nonce.end(), session.nonce.begin());
     auto& fbb = w.fbb;
     fbb.Clear();
-    const auto name = fbb.CreateString(options_.name);
+    const auto node_name = fbb.CreateString(options_.name);
     const auto challenge = fbb.CreateVector(session.challenge.data(), session.challenge.size());
     wire::HelloReplyBuilder h(fbb);
     h.add_protocol_version(kProtocolVersion);
-    h.add_node(name);
+    h.add_node(node_name);
     h.add_max_frame_bytes(FrameLimit(session));
     h.add_challenge(challenge);
     const auto hello_reply = h.Finish();
@@ -80,15 +159,44 @@ Node::Gate Node::Authenticate(Worker& w, Session& session, const wire::Request& 
   if (!session.challenged) {
     return refuse("hello.proof without a challenge: send a hello with only a nonce first");
   }
+  session.challenged = false;  // one answer per challenge
   if (!auth::EqualConstantTime(nonce, session.nonce)) {
     return refuse("hello.nonce differs from the one the challenge was made for");
+  }
+  if (!peer_proof.empty()) {
+    if (!has_peer_secret_) return refuse("hello.peer_proof: this node holds no peer secret");
+    if (name != session.claimed || name.empty()) {
+      return refuse("hello.peer_name must name the same member in both hellos");
+    }
+    const std::shared_ptr<const auth::Secrets> secrets = peer_secrets_.load();
+    const int match = auth::MatchPeerProof(*secrets, session.challenge, nonce, name, peer_proof);
+    if (match < 0) return refuse("hello.peer_proof does not match the peer secret");
+    if (options_.peer_tls && !session.tls_node) {
+      return refuse("hello.peer_proof over TLS needs a node certificate (signed by the peer CA)");
+    }
+    const std::string& secret = secrets->values[static_cast<size_t>(match)];
+    session.authenticated = true;
+    session.peer = true;
+    session.peer_name = name;
+    session.secret_tag = auth::SecretTag(secret);
+    session.tag_is_peer = true;
+    node_proof = auth::PeerNodeProof(secret, session.challenge, nonce, name);
+    return Gate::kProceed;
+  }
+  if (!requires_secret_) {
+    return refuse("hello.proof: this node holds no gateway secret; a peer proves peer_proof");
   }
   const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
   const int match = auth::MatchClientProof(*secrets, session.challenge, nonce, proof);
   if (match < 0) return refuse("hello.proof does not match the cluster secret");
+  const std::string& secret = secrets->values[static_cast<size_t>(match)];
   session.authenticated = true;
-  node_proof =
-      auth::NodeProof(secrets->values[static_cast<size_t>(match)], session.challenge, nonce);
+  session.secret_tag = auth::SecretTag(secret);
+  if (!session.claimed.empty() && options_.peer_tls && !has_peer_secret_ && session.tls_node) {
+    session.peer = true;  // the node certificate is the peer credential here
+    session.peer_name = session.claimed;
+  }
+  node_proof = auth::NodeProof(secret, session.challenge, nonce);
   return Gate::kProceed;
 }
 
@@ -151,6 +259,11 @@ void Node::SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t
 
 std::string Node::current_secret() const {
   const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
+  return secrets->empty() ? std::string() : secrets->values.front();
+}
+
+std::string Node::current_peer_secret() const {
+  const std::shared_ptr<const auth::Secrets> secrets = peer_secrets_.load();
   return secrets->empty() ? std::string() : secrets->values.front();
 }
 

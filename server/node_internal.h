@@ -103,6 +103,7 @@ class Node::Worker {
   std::string routing;            // a sub-bucket's routing key, "key#i"
   Ahead ahead;                    // the op being handled's first limit, if worked out ahead
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
+  const Session* session = nullptr;  // the frame's connection, while it is handled
   // The hot-key sketch: written here, rolled and read by Tick once a second.
   std::mutex hot_mu;
   HotKeySketch sketch;  // guarded by hot_mu

@@ -51,13 +51,17 @@ Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, in
                                            int64_t idle_ms) {
   std::shared_ptr<asio::ssl::context> context;
   if (!tls.cert_file.empty()) {
-    if (tls.ca_file.empty()) {
+    if (tls.ca_file.empty() && tls.peer_ca_file.empty()) {
       return Error{"with TLS on the data port, nodes reach each other (hand-off) over TLS too, "
-                   "verified by the client CA: give tls.client_ca (--tls-client-ca)"};
+                   "verified by the peer CA or the client CA: give tls.peer_ca (--tls-peer-ca) "
+                   "or tls.client_ca (--tls-client-ca)"};
     }
-    // The node's certificate serves as its client certificate; the cluster's CA verifies both.
-    Result<std::shared_ptr<asio::ssl::context>> made =
-        MakeClientTlsContext(TlsOptions{tls.cert_file, tls.key_file, tls.ca_file});
+    // The node's certificate serves as its client certificate; the peer CA (else the
+    // cluster's CA) verifies the other node's, so that a gateway's certificate never passes
+    // for a node's.
+    Result<std::shared_ptr<asio::ssl::context>> made = MakeClientTlsContext(TlsOptions{
+        tls.cert_file, tls.key_file, tls.peer_ca_file.empty() ? tls.ca_file : tls.peer_ca_file,
+        {}});
     if (!made) return Error{made.error()};
     context = std::move(made).value();
   }
@@ -96,6 +100,8 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
     if (!link->connection) {
       NodeAccess access;
       access.secret = node_.current_secret();
+      access.peer_secret = node_.current_peer_secret();
+      access.peer_name = node_.options().self;
       access.tls = tls_;
       Result<std::unique_ptr<NodeConnection>> c =
           NodeConnection::Connect(member, timeout_ms_, access);

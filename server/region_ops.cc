@@ -1,6 +1,7 @@
 // Node: the REGIONS op (region_shares.h). From a node of another region it carries that
 // region's demand for the global keys this node owns; from anyone else (limiterctl regions) it
 // asks what this node knows of the regions: for one global key it owns, or for the links.
+#include "common/limits.h"
 #include "server/node_internal.h"
 
 namespace limiter {
@@ -12,8 +13,21 @@ void Node::RegionsOp(Worker& w, const wire::Op& op, const Membership& m, int64_t
                   "this node belongs to no region (its config names no `region`)");
   }
   if (const wire::RegionReport* report = w.peer ? w.peer->report() : nullptr) {
-    Result<int64_t> taken =
-        regions_->Receive(*report, policy_digest_, KeyIdSeedDigest(), m.ring, now);
+    // A report only from a node of the region it names, speaking for itself.
+    const std::string node = report->node() ? report->node()->str() : std::string();
+    if (auto refused = PeerOpRefusal(w, "REGIONS (a region report)", &node)) {
+      return r.Fail(wire::Status::Forbidden, *refused);
+    }
+    const std::string region = report->region() ? report->region()->str() : std::string();
+    if (!trust_all_ && !regions_->IsMemberOf(region, node)) {
+      w.counters.peer_refusals.Add();
+      return r.Fail(wire::Status::Forbidden,
+                    "region report from " + node.substr(0, kMaxNameBytes) +
+                        ", which is not a member of region '" + region.substr(0, kMaxNameBytes) +
+                        "' by this node's list of it");
+    }
+    Result<int64_t> taken = regions_->Receive(*report, policy_digest_, KeyIdSeedDigest(), m.ring,
+                                              options_.self, now);
     if (!taken) return r.Fail(wire::Status::BadRequest, taken.error());
     r.reply.granted = *taken;
     return;

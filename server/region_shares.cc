@@ -129,10 +129,13 @@ int64_t RegionShares::FloorShare(int policy) const {
 }
 
 RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, int64_t now,
-                                         bool create) {
+                                         bool create, bool for_report) {
   const auto it = s.records.find(id);
   if (it != s.records.end()) return &it->second;
-  if (!create || counters_.keys.load(std::memory_order_relaxed) >= options_.max_keys) {
+  // Other regions' reports may track at most three quarters of max_keys: the rest is kept
+  // for keys used here, whatever another region reports.
+  const int64_t most = for_report ? options_.max_keys - options_.max_keys / 4 : options_.max_keys;
+  if (!create || counters_.keys.load(std::memory_order_relaxed) >= most) {
     return nullptr;
   }
   Record& r = s.records[id];
@@ -431,8 +434,29 @@ void RegionShares::NoteSent(const std::string& region, bool delivered, int64_t n
   send_failed_ms_[static_cast<size_t>(it - names_.begin())] = now;
 }
 
+bool RegionShares::IsMemberOf(const std::string& region, const std::string& node) const {
+  const auto it = std::find(names_.begin(), names_.end(), region);
+  if (it == names_.end()) return false;
+  std::lock_guard<std::mutex> lock(links_mu_);
+  const std::shared_ptr<const Ring>& ring = rings_[static_cast<size_t>(it - names_.begin())];
+  if (!ring) return false;
+  const auto& m = ring->members();
+  return std::find(m.begin(), m.end(), node) != m.end();
+}
+
+std::vector<std::string> RegionShares::AllOtherMembers() const {
+  std::vector<std::string> all;
+  std::lock_guard<std::mutex> lock(links_mu_);
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    if (i == self_ || !rings_[i]) continue;
+    all.insert(all.end(), rings_[i]->members().begin(), rings_[i]->members().end());
+  }
+  return all;
+}
+
 Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t policy_digest,
-                                      uint64_t key_seed, const Ring& own, int64_t now) {
+                                      uint64_t key_seed, const Ring& own,
+                                      const std::string& self, int64_t now) {
   const auto refuse = [&](std::string why) -> Result<int64_t> {
     counters_.reports_refused.fetch_add(1, std::memory_order_relaxed);
     return Error{std::move(why)};
@@ -489,9 +513,11 @@ Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t
           (id.lo | id.hi) == 0 || k->demand() < 0) {
         continue;  // not a global key here: nothing to share
       }
+      // A key of another node of this region: the sender's list of this region differs.
+      if (!own.empty() && own.members()[own.OwnerOfSlot(RingSlotOf(id))] != self) continue;
       Shard& s = ShardOf(id);
       std::lock_guard<std::mutex> lock(s.mu);
-      Record* r = Find(s, k->policy(), id, now, /*create=*/true);
+      Record* r = Find(s, k->policy(), id, now, /*create=*/true, /*for_report=*/true);
       if (r == nullptr) {
         counters_.keys_untracked.fetch_add(1, std::memory_order_relaxed);
         continue;

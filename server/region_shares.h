@@ -99,6 +99,11 @@ class RegionShares {
   std::vector<Report> Reports(const std::string& self, uint64_t policy_digest, uint64_t key_seed);
   // The member list of another region (static, or its DNS answer).
   void SetMembers(const std::string& region, std::vector<std::string> members);
+  // Whether `node` is in this node's list of another region `region` (a report's sender
+  // must be).
+  bool IsMemberOf(const std::string& region, const std::string& node) const;
+  // Every member of every other region, as this node lists them.
+  std::vector<std::string> AllOtherMembers() const;
 
   // A key handed to another node of this region (Node::Export) takes its share along: the
   // share in force and the share its state was last decided under (0, 0: none tracked).
@@ -108,9 +113,11 @@ class RegionShares {
   void Adopt(int policy, const KeyId& id, int64_t share, int64_t state_share, int64_t now_ms);
 
   // A report from another region: the number of keys taken, or what is wrong with it. `own`
-  // is this node's ring (empty: a region of one node), which the sender must have routed by.
+  // is this node's ring (empty: a region of one node), which the sender must have routed by;
+  // keys whose owner by it is not `self` are ignored.
   Result<int64_t> Receive(const wire::RegionReport& report, uint64_t policy_digest,
-                          uint64_t key_seed, const Ring& own, int64_t now_ms);
+                          uint64_t key_seed, const Ring& own, const std::string& self,
+                          int64_t now_ms);
   // Whether this node's reports to `region` were all delivered at this tick: one that was not
   // (a one-way cut) makes that region count as not heard from, so nothing rises.
   void NoteSent(const std::string& region, bool delivered, int64_t now_ms);
@@ -148,7 +155,9 @@ class RegionShares {
   int64_t DemandOf(const Record& r, int64_t now_ms) const;
   int64_t FloorUnits(const Policy& p) const;  // region_floor of L, at least one unit
   int64_t FloorShare(int policy) const;
-  Record* Find(Shard& s, int policy, const KeyId& id, int64_t now_ms, bool create);
+  // `for_report`: a record another region's report would make (bounded tighter).
+  Record* Find(Shard& s, int policy, const KeyId& id, int64_t now_ms, bool create,
+               bool for_report = false);
 
   const PolicySet& policies_;
   const RegionOptions options_;

@@ -6,9 +6,13 @@
 
 namespace limiter {
 
-SecretWatcher::SecretWatcher(Node& node, std::string path, auth::Secrets loaded,
-                             std::chrono::milliseconds interval)
-    : node_(node), path_(std::move(path)), interval_(interval), current_(std::move(loaded)) {
+SecretWatcher::SecretWatcher(Node& node, std::string path, auth::SecretKind kind,
+                             auth::Secrets loaded, std::chrono::milliseconds interval)
+    : node_(node),
+      path_(std::move(path)),
+      kind_(kind),
+      interval_(interval),
+      current_(std::move(loaded)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -35,9 +39,14 @@ void SecretWatcher::Run() {
       last_error_.clear();
       if (!(*read == current_)) {
         current_ = std::move(read).value();
-        node_.SetSecrets(current_);
-        std::fprintf(stderr, "limiterd: cluster secret reloaded from %s (%zu accepted)\n",
-                     path_.c_str(), current_.values.size());
+        if (kind_ == auth::SecretKind::kPeer) {
+          node_.SetPeerSecrets(current_);
+        } else {
+          node_.SetSecrets(current_);
+        }
+        std::fprintf(stderr, "limiterd: %s reloaded from %s (%zu accepted)\n",
+                     std::string(auth::SecretKindName(kind_)).c_str(), path_.c_str(),
+                     current_.values.size());
       }
     }
     lock.lock();

@@ -1,5 +1,5 @@
-// SecretWatcher: re-reads the cluster secret's file every few seconds and hands a changed
-// one to the node, so that the secret rotates without a restart (a Kubernetes Secret mounted
+// SecretWatcher: re-reads a secret's file (the gateway secret's or the peer secret's) every few
+// seconds and hands a changed one to the node, so that the secret rotates without a restart (a Kubernetes Secret mounted
 // as a file changes in place). A file that has become unreadable or invalid keeps the last
 // good secret, with one message on stderr per change of error.
 //
@@ -20,7 +20,7 @@ class Node;
 
 class SecretWatcher {
  public:
-  SecretWatcher(Node& node, std::string path, auth::Secrets loaded,
+  SecretWatcher(Node& node, std::string path, auth::SecretKind kind, auth::Secrets loaded,
                 std::chrono::milliseconds interval);
   ~SecretWatcher();
   SecretWatcher(const SecretWatcher&) = delete;
@@ -31,6 +31,7 @@ class SecretWatcher {
 
   Node& node_;
   const std::string path_;
+  const auth::SecretKind kind_;
   const std::chrono::milliseconds interval_;
   auth::Secrets current_;  // only on the watcher's thread
   std::string last_error_;

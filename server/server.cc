@@ -1,7 +1,5 @@
 #include "server/server.h"
 
-#include <httplib.h>
-
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -18,7 +16,9 @@
 #include "common/key_id.h"
 #include "common/membership.h"
 #include "common/result.h"
+#include "server/admin_port.h"
 #include "server/connection.h"
+#include "server/node_certificates.h"
 #include "server/peers.h"
 
 namespace limiter {
@@ -46,7 +46,7 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOption
     return Error{"TLS needs both a certificate (--tls-cert) and its key (--tls-key)"};
   }
   if (tls.cert_file.empty()) {
-    return Error{"--tls-client-ca needs TLS: give --tls-cert and --tls-key too"};
+    return Error{"--tls-client-ca and --tls-peer-ca need TLS: give --tls-cert and --tls-key too"};
   }
   auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
   std::string file;
@@ -61,7 +61,17 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOption
     if (!tls.ca_file.empty()) {
       file = tls.ca_file;
       ctx->load_verify_file(tls.ca_file);
+    }
+    if (!tls.peer_ca_file.empty()) {
+      // Node certificates pass the handshake too; which CA a certificate chains to is
+      // checked after it (NodeCertificates).
+      file = tls.peer_ca_file;
+      ctx->load_verify_file(tls.peer_ca_file);
+    }
+    if (!tls.ca_file.empty()) {
       ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+    } else if (!tls.peer_ca_file.empty()) {
+      ctx->set_verify_mode(asio::ssl::verify_peer);  // gateways need none; nodes show theirs
     }
   } catch (const std::system_error& e) {
     return Error{"TLS: " + file + ": " + e.code().message()};
@@ -82,10 +92,9 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOption
 }
 
 struct WorkerThread {
-  WorkerThread(Node& node, const ServerOptions& options, std::atomic<int64_t>& open,
-               asio::ssl::context* tls, std::atomic<int64_t>& handshakes)
-      : node_worker(node.AddWorker()),
-        connections(node, node_worker, options, open, tls, handshakes) {}
+  WorkerThread(Node& node, const ServerOptions& options, ConnectionLimits& limits,
+               asio::ssl::context* tls)
+      : node_worker(node.AddWorker()), connections(node, node_worker, options, limits, tls) {}
 
   Node::Worker& node_worker;
   // Before io: destroying io destroys pending handlers, and with them connections that
@@ -111,27 +120,28 @@ void Metric(std::string& out, const char* name, const char* type, const char* he
 struct Server::Impl {
   Node& node;
   ServerOptions options;
-  // Connections open over all workers, from accept to their end: the max_connections cap.
-  std::atomic<int64_t> open{0};
+  // Over all workers: connections open (max_connections), not yet authenticated, in a TLS
+  // handshake, and their buffered replies; and the peers' addresses.
+  ConnectionLimits limits;
+  Counter refused_preauth;  // over the pre-auth caps; written on the acceptor's thread only
+  Counter refused_preauth_source;
   std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
-  std::atomic<int64_t> tls_handshakes{0};    // in progress, over all workers
   Counter refused;        // over max_connections; written on the acceptor's thread only
   Counter accept_errors;  // likewise
+  Counter admin_actions_refused;  // POST /drain without a valid admin token; admin thread
   std::vector<std::unique_ptr<WorkerThread>> workers;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::unique_ptr<asio::steady_timer> accept_backoff;  // on the acceptor's io_context
   std::unique_ptr<asio::signal_set> signals;
   size_t next_worker = 0;
-  httplib::Server admin;
-  int admin_port = 0;
-  std::string admin_host;
-  std::thread admin_thread;
+  std::unique_ptr<AdminPort> admin;
   std::atomic<bool> serving{false};
   std::atomic<bool> stopping{false};
   std::mutex sweep_mu;
   std::condition_variable sweep_cv;
   std::thread sweeper;
   std::thread resolver;  // members_dns refreshes
+  std::thread peer_refresher;  // the members' addresses, for the acceptor (RefreshPeers)
   // Hand-off: the peers, the thread that sends what ring changes give away, the join at start
   // and the leave on SIGTERM.
   std::unique_ptr<Peers> peers;
@@ -243,23 +253,94 @@ struct Server::Impl {
         });
         return;
       }
-      // Only this thread adds to `open`, so the cap is never passed.
-      if (open.load(std::memory_order_relaxed) >= options.max_connections) {
-        refused.Add();
-        asio::error_code ignored;
-        s.close(ignored);  // before a Connection, its buffers or its session exist
-      } else {
-        open.fetch_add(1, std::memory_order_relaxed);
-        asio::post(target.io, [this, &target, s = std::move(s)]() mutable {
+      if (const std::optional<Admission> admitted = Admit(s)) {
+        asio::post(target.io, [this, &target, a = *admitted, s = std::move(s)]() mutable {
           if (stopping) {
-            open.fetch_sub(1, std::memory_order_relaxed);
+            limits.open.fetch_sub(1, std::memory_order_relaxed);
+            if (a.preauth) {
+              limits.preauth.fetch_sub(1, std::memory_order_relaxed);
+              limits.preauth_sources.Remove(a.source);
+            }
             return;
           }
-          target.connections.Add(std::move(s));
+          target.connections.Add(std::move(s), a);
         });
+      } else {
+        asio::error_code ignored;
+        s.close(ignored);  // before a Connection, its buffers or its session exist
       }
       Accept();
     });
+  }
+
+  // Whether a new connection may be served, and how it counts. Only the acceptor's thread adds
+  // to the counts, so no cap is ever passed. A peer (a member's address) holds no pre-auth
+  // slot and may use the last kPeerReserve slots; any other connection, while its session
+  // is not authenticated, holds one of max_preauth_connections and one of its source's
+  // max_preauth_per_source, so that strangers cannot take the slots authenticated gateways
+  // need.
+  std::optional<Admission> Admit(const tcp::socket& s) {
+    asio::error_code ec;
+    const tcp::endpoint remote = s.remote_endpoint(ec);
+    if (ec) return std::nullopt;  // gone already
+    Admission a;
+    a.peer = limits.IsPeer(remote.address());
+    a.source = limits.preauth_sources.BucketOf(remote.address());
+    const int64_t reserve =
+        options.max_connections > 2 * ServerOptions::kPeerReserve ? ServerOptions::kPeerReserve : 0;
+    const int64_t open = limits.open.load(std::memory_order_relaxed);
+    if (open >= options.max_connections - (a.peer ? 0 : reserve)) {
+      refused.Add();
+      return std::nullopt;
+    }
+    a.preauth = !a.peer && !node.NewSession().authenticated;
+    if (a.preauth) {
+      const int64_t most = options.max_preauth_connections > 0
+                               ? options.max_preauth_connections
+                               : std::max<int64_t>(1, options.max_connections / 4);
+      if (limits.preauth.load(std::memory_order_relaxed) >= most) {
+        refused_preauth.Add();
+        return std::nullopt;
+      }
+      if (!limits.preauth_sources.TryAdd(a.source, options.max_preauth_per_source)) {
+        refused_preauth_source.Add();
+        return std::nullopt;
+      }
+      limits.preauth.fetch_add(1, std::memory_order_relaxed);
+    }
+    limits.open.fetch_add(1, std::memory_order_relaxed);
+    return a;
+  }
+
+  // The members' addresses, this cluster's and the other regions', as the acceptor tells
+  // peers by (ConnectionLimits::peers): names resolved here, off the I/O threads.
+  void RefreshPeers() {
+    std::vector<std::string> members = node.membership()->ring.members();
+    if (const RegionShares* regions = node.regions()) {
+      for (std::string& m : regions->AllOtherMembers()) members.push_back(std::move(m));
+    }
+    auto addresses = std::make_shared<std::vector<asio::ip::address>>();
+    for (const std::string& member : members) {
+      const std::optional<HostPort> hp = ParseHostPort(member);
+      if (!hp) continue;
+      asio::error_code ec;
+      const asio::ip::address literal = asio::ip::make_address(hp->host, ec);
+      if (!ec) {
+        addresses->push_back(literal);
+        continue;
+      }
+      Result<std::vector<std::string>> found = ResolveMembers(member);
+      if (!found) continue;  // not resolvable now: its connections count as strangers'
+      for (const std::string& one : *found) {
+        const std::optional<HostPort> resolved = ParseHostPort(one);
+        if (!resolved) continue;
+        const asio::ip::address a = asio::ip::make_address(resolved->host, ec);
+        if (!ec) addresses->push_back(a);
+      }
+    }
+    std::sort(addresses->begin(), addresses->end());
+    addresses->erase(std::unique(addresses->begin(), addresses->end()), addresses->end());
+    limits.peers.store(std::move(addresses));
   }
 
   void Reap(WorkerThread& w) {
@@ -271,22 +352,114 @@ struct Server::Impl {
     });
   }
 
+  // The admin port: probes and metrics for anyone who reaches it (no key names), actions
+  // only with the peer credential's admin token (auth::AdminToken), from loopback too.
+  std::optional<std::string> StartAdmin(Server& server) {
+    AdminPortOptions o;
+    o.listen = options.admin;
+    o.max_connections = options.admin_max_connections;
+    admin = std::make_unique<AdminPort>(o);
+    admin->Get("/metrics", [this](const AdminRequest&) {
+      return AdminResponse{200, "text/plain; version=0.0.4",
+                           node.RenderMetrics() + RenderMetrics() + admin->RenderMetrics(), {}};
+    });
+    admin->Get("/healthz", [](const AdminRequest&) {
+      return AdminResponse{200, "text/plain", "ok\n", {}};
+    });
+    admin->Get("/readyz", [this](const AdminRequest&) {
+      // Not while it waits for keys handed to it (a join), nor once it leaves.
+      const bool ready = serving && !stopping && !draining && node.waiting_slots() == 0;
+      return AdminResponse{ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n",
+                           {}};
+    });
+    // A preStop hook's way to start the leave before the SIGTERM: answers at once; the node
+    // exits once its keys are handed over.
+    admin->Post("/drain", [this, &server](const AdminRequest& request) {
+      if (auto refused = AdminActionRefusal(request)) {
+        admin_actions_refused.Add();  // only the admin port's thread writes it
+        return *refused;
+      }
+      server.Drain();
+      return AdminResponse{202, "text/plain", "draining\n", {}};
+    });
+    return admin->Start();
+  }
+
+  // Why an admin action is refused (401, 403), or nullopt. A node that authenticates nobody
+  // (no secret of any kind: loopback only, or --insecure) trusts its admin callers as it does
+  // every peer; otherwise the caller shows the admin token of a peer secret.
+  std::optional<AdminResponse> AdminActionRefusal(const AdminRequest& request) {
+    if (node.trusts_everyone()) return std::nullopt;
+    const std::optional<std::string_view> token = BearerToken(request.authorization);
+    if (node.current_peer_secret().empty()) {
+      return AdminResponse{403, "text/plain",
+                           "this node holds no peer secret, so no admin action is allowed on "
+                           "its admin port; stop it with SIGTERM\n",
+                           {}};
+    }
+    if (!token) {
+      return AdminResponse{401, "text/plain",
+                           "an admin action needs the peer secret's admin token: "
+                           "Authorization: Bearer <token> (limiterctl admin-token)\n",
+                           {{"WWW-Authenticate", "Bearer realm=\"limiterd\""}}};
+    }
+    if (!node.AdminTokenValid(*token)) {
+      return AdminResponse{403, "text/plain",
+                           "the admin token is not one of this node's peer secrets'\n", {}};
+    }
+    return std::nullopt;
+  }
+
   // The server's own counters, in the same exposition format as Node::RenderMetrics.
   std::string RenderMetrics() const {
     uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0,
-             handshakes_refused = 0;
+             handshakes_refused = 0, auth_timeouts = 0, budget_closes = 0, revoked = 0;
     for (const auto& w : workers) {
       frame_timeouts += w->connections.frame_timeouts();
       idle_timeouts += w->connections.idle_timeouts();
       handshake_failures += w->connections.tls_handshake_failures();
       handshakes_refused += w->connections.tls_handshakes_refused();
+      auth_timeouts += w->connections.auth_timeouts();
+      budget_closes += w->connections.budget_closes();
+      revoked += w->connections.revoked();
     }
     std::string out;
     Metric(out, "limiter_connections_open", "gauge",
            "Client connections open now, over all workers (the max_connections cap).",
-           static_cast<uint64_t>(std::max<int64_t>(0, open.load(std::memory_order_relaxed))));
+           static_cast<uint64_t>(
+               std::max<int64_t>(0, limits.open.load(std::memory_order_relaxed))));
+    Metric(out, "limiter_connections_preauth", "gauge",
+           "Connections open now that have not yet proved a credential (max_preauth_connections).",
+           static_cast<uint64_t>(
+               std::max<int64_t>(0, limits.preauth.load(std::memory_order_relaxed))));
+    Metric(out, "limiter_connections_refused_preauth_total", "counter",
+           "Connections closed as soon as accepted: max_preauth_connections were not yet "
+           "authenticated.",
+           refused_preauth.Get());
+    Metric(out, "limiter_connections_refused_per_source_total", "counter",
+           "Connections closed as soon as accepted: their source held max_preauth_per_source "
+           "connections not yet authenticated.",
+           refused_preauth_source.Get());
+    Metric(out, "limiter_auth_timeouts_total", "counter",
+           "Connections closed because they had not authenticated (TLS handshake and hello "
+           "proof) within auth_timeout.",
+           auth_timeouts);
+    Metric(out, "limiter_reply_buffered_bytes", "gauge",
+           "Bytes of replies buffered over all connections (reply_budget_bytes).",
+           static_cast<uint64_t>(
+               std::max<int64_t>(0, limits.buffered.load(std::memory_order_relaxed))));
+    Metric(out, "limiter_reply_budget_closes_total", "counter",
+           "Connections closed because the node's buffered replies passed reply_budget_bytes "
+           "and they had not read theirs for a second (the largest first).",
+           budget_closes);
+    Metric(out, "limiter_sessions_revoked_total", "counter",
+           "Connections closed because the secret they proved was removed (rotation).",
+           revoked);
     Metric(out, "limiter_connections_refused_total", "counter",
            "Connections closed as soon as accepted: max_connections were open.", refused.Get());
+    Metric(out, "limiter_admin_actions_refused_total", "counter",
+           "Admin port actions (POST /drain) refused: no or a wrong admin token.",
+           admin_actions_refused.Get());
     Metric(out, "limiter_accept_errors_total", "counter",
            "Failed accepts; out of descriptors or memory, accepting pauses 100 ms.",
            accept_errors.Get());
@@ -301,9 +474,10 @@ struct Server::Impl {
            handshake_failures);
     Metric(out, "limiter_tls_handshakes_in_progress", "gauge",
            "TLS handshakes begun and not ended, over all workers (max_tls_handshakes).",
-           static_cast<uint64_t>(std::max<int64_t>(0, tls_handshakes.load())));
+           static_cast<uint64_t>(std::max<int64_t>(0, limits.handshakes.load())));
     Metric(out, "limiter_tls_handshakes_refused_total", "counter",
-           "Connections closed because max_tls_handshakes handshakes were in progress.",
+           "Connections closed because max_tls_handshakes handshakes were in progress, or "
+           "max_tls_handshakes_per_source from their source.",
            handshakes_refused);
     return out;
   }
@@ -317,9 +491,9 @@ Server::~Server() {
   for (auto& w : impl_->workers) {
     if (w->thread.joinable()) w->thread.join();
   }
-  if (impl_->admin_thread.joinable()) impl_->admin_thread.join();
   if (impl_->sweeper.joinable()) impl_->sweeper.join();
   if (impl_->resolver.joinable()) impl_->resolver.join();
+  if (impl_->peer_refresher.joinable()) impl_->peer_refresher.join();
   if (impl_->handoff.joinable()) impl_->handoff.join();
   if (impl_->joiner.joinable()) impl_->joiner.join();
   if (impl_->drainer.joinable()) impl_->drainer.join();
@@ -347,14 +521,19 @@ std::optional<std::string> Server::Start() {
                           ? s.options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!s.options.tls.cert_file.empty() || !s.options.tls.key_file.empty() ||
-      !s.options.tls.ca_file.empty()) {
+      !s.options.tls.ca_file.empty() || !s.options.tls.peer_ca_file.empty()) {
     Result<std::unique_ptr<asio::ssl::context>> tls = MakeServerTlsContext(s.options.tls);
     if (!tls) return tls.error();
     s.tls = std::move(tls).value();
   }
+  if (!s.options.tls.peer_ca_file.empty()) {
+    Result<std::shared_ptr<const NodeCertificates>> certs =
+        NodeCertificates::Load(s.options.tls.peer_ca_file);
+    if (!certs) return certs.error();
+    s.limits.node_certs = std::move(certs).value();
+  }
   for (int i = 0; i < threads; ++i) {
-    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.open, s.tls.get(),
-                                                       s.tls_handshakes));
+    s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.limits, s.tls.get()));
   }
   const std::optional<HostPort> listen = ParseHostPort(s.options.listen);
   if (!listen) return "--listen: expected HOST:PORT, got '" + s.options.listen + "'";
@@ -374,40 +553,7 @@ std::optional<std::string> Server::Start() {
     return "cannot listen on " + s.options.listen + ": " + e.what();
   }
   if (!s.options.admin.empty()) {
-    const std::optional<HostPort> admin = ParseHostPort(s.options.admin);
-    if (!admin) return "--admin: expected HOST:PORT, got '" + s.options.admin + "'";
-    s.admin_host = admin->host;
-    s.admin.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-      res.set_content(s.node.RenderMetrics() + s.RenderMetrics(), "text/plain; version=0.0.4");
-    });
-    s.admin.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("ok\n", "text/plain");
-    });
-    // A preStop hook's way to start the leave before the SIGTERM (the admin port is on
-    // loopback by default): answers at once; the node exits once its keys are handed over.
-    s.admin.Post("/drain", [this](const httplib::Request&, httplib::Response& res) {
-      Drain();
-      res.status = 202;
-      res.set_content("draining\n", "text/plain");
-    });
-    s.admin.Get("/readyz", [&s](const httplib::Request&, httplib::Response& res) {
-      // Not while it waits for keys handed to it (a join), nor once it leaves.
-      const bool ready =
-          s.serving && !s.stopping && !s.draining && s.node.waiting_slots() == 0;
-      res.status = ready ? 200 : 503;
-      res.set_content(ready ? "ready\n" : "not ready\n", "text/plain");
-    });
-    if (admin->port == 0) {
-      s.admin_port = s.admin.bind_to_any_port(admin->host);
-    } else {
-      s.admin_port = s.admin.bind_to_port(admin->host, admin->port) ? admin->port : -1;
-    }
-    if (s.admin_port <= 0) return "cannot listen on " + s.options.admin + " (admin port)";
-    // Serve it now: httplib's stop() does nothing before the listening loop has begun.
-    s.admin_thread = std::thread([&s] { s.admin.listen_after_bind(); });
-    for (int i = 0; i < 5000 && !s.admin.is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    if (auto error = s.StartAdmin(*this)) return error;
   }
   // Only a node of a cluster talks to peers (and needs a way to verify them over TLS).
   if (!s.node.options().members.empty() || !s.options.members_dns.empty()) {
@@ -461,6 +607,19 @@ void Server::Run() {
       }
     }
   });
+  if (!s.node.options().members.empty() || !s.options.members_dns.empty() || s.node.regions()) {
+    s.RefreshPeers();
+    s.peer_refresher = std::thread([&s] {
+      std::unique_lock<std::mutex> lock(s.sweep_mu);
+      while (!s.stopping) {
+        s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
+        if (s.stopping) break;
+        lock.unlock();
+        s.RefreshPeers();
+        lock.lock();
+      }
+    });
+  }
   if (!s.options.members_dns.empty()) {
     s.resolver = std::thread([&s] {
       std::unique_lock<std::mutex> lock(s.sweep_mu);
@@ -510,9 +669,9 @@ void Server::Run() {
   s.serving = true;
   s.workers.front()->io.run();
   for (size_t i = 1; i < s.workers.size(); ++i) s.workers[i]->thread.join();
-  if (s.admin_thread.joinable()) s.admin_thread.join();
   if (s.sweeper.joinable()) s.sweeper.join();
   if (s.resolver.joinable()) s.resolver.join();
+  if (s.peer_refresher.joinable()) s.peer_refresher.join();
   if (s.handoff.joinable()) s.handoff.join();
   if (s.joiner.joinable()) s.joiner.join();
   if (s.drainer.joinable()) s.drainer.join();
@@ -541,7 +700,7 @@ void Server::Stop() {
     std::lock_guard<std::mutex> lock(s.sweep_mu);
     s.sweep_cv.notify_all();
   }
-  s.admin.stop();
+  if (s.admin) s.admin->Stop();
   if (s.workers.empty()) return;
   asio::post(s.workers.front()->io, [&s] {
     asio::error_code ignored;
@@ -563,10 +722,7 @@ std::string Server::listen_address() const {
 }
 
 std::string Server::admin_address() const {
-  if (impl_->admin_port <= 0) return "";
-  const std::string& h = impl_->admin_host;
-  return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" +
-         std::to_string(impl_->admin_port);
+  return impl_->admin ? impl_->admin->address() : "";
 }
 
 int Server::threads() const { return static_cast<int>(impl_->workers.size()); }

@@ -42,8 +42,26 @@ struct ServerOptions {
   // certificate signed by it (mutual TLS). TLS 1.2 and 1.3 only.
   TlsOptions tls;
   // TLS handshakes in progress over all workers (each holds tens of KiB of OpenSSL state for
-  // up to frame_timeout); a connection whose handshake would pass it is closed.
+  // up to auth_timeout); a connection whose handshake would pass it is closed. And per
+  // source address (an IPv6 /64), so that one source cannot hold them all.
   int64_t max_tls_handshakes = 1000;
+  int64_t max_tls_handshakes_per_source = 16;
+  // Before the hello: a connection must have proved its credential (and finished its TLS
+  // handshake) within auth_timeout, or it is closed. Connections not yet authenticated hold
+  // at most max_preauth_connections slots over the node (0: a quarter of max_connections)
+  // and max_preauth_per_source per source address, so the rest of max_connections is kept
+  // for authenticated sessions. Connections from the members' addresses (peers) are not held
+  // to the pre-auth caps, and kPeerReserve slots of max_connections are theirs alone.
+  int64_t auth_timeout_ms = 2000;
+  int64_t max_preauth_connections = 0;
+  int64_t max_preauth_per_source = 64;
+  static constexpr int64_t kPeerReserve = 64;
+  // Bytes of replies buffered over all connections of the node (each is also held to
+  // max_output_bytes). Past it, connections stop reading, and the largest of those that have
+  // not read their replies for a second are closed until it is met again.
+  int64_t reply_budget_bytes = 256 << 20;
+  // The admin port: see AdminPortOptions (server/admin_port.h).
+  int64_t admin_max_connections = 64;
 };
 
 class Server {

@@ -94,4 +94,13 @@ struct RegionsArgs {
 };
 int RunRegions(const RegionsArgs& args, std::ostream& out, std::ostream& err);
 
+// admin-token: the peer secret's admin token; drain: POST /drain with it to a node's admin
+// port (the leave, as SIGTERM starts it).
+struct AdminArgs {
+  std::string admin;             // drain: HOST:PORT of the node's admin port
+  std::string peer_secret_file;  // else $LIMITER_PEER_SECRET_FILE, $LIMITER_PEER_SECRET
+};
+int RunAdminToken(const AdminArgs& args, std::ostream& out, std::ostream& err);
+int RunDrain(const AdminArgs& args, std::ostream& out, std::ostream& err);
+
 }  // namespace limiter::ctl

@@ -114,11 +114,26 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   regions_cmd->add_option("--tenant", regions.tenant, "The key's tenant, if it nests under one");
   regions_cmd->add_flag("--json", regions.json, "JSON output (README: \"Regions\")");
 
+  AdminArgs admin;
+  CLI::App* token_cmd = app.add_subcommand(
+      "admin-token", "Print the admin port's bearer token, made from the peer secret");
+  token_cmd->add_option("--peer-secret-file", admin.peer_secret_file,
+                        "The peer secret's file (else $LIMITER_PEER_SECRET_FILE or "
+                        "$LIMITER_PEER_SECRET)");
+  CLI::App* drain_cmd = app.add_subcommand(
+      "drain", "Make a node leave its cluster (POST /drain on its admin port, with the token)");
+  drain_cmd->add_option("--admin", admin.admin, "HOST:PORT of the node's admin port")->required();
+  drain_cmd->add_option("--peer-secret-file", admin.peer_secret_file,
+                        "The peer secret's file (else $LIMITER_PEER_SECRET_FILE or "
+                        "$LIMITER_PEER_SECRET)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e, out, err);
   }
+  if (token_cmd->parsed()) return RunAdminToken(admin, out, err);
+  if (drain_cmd->parsed()) return RunDrain(admin, out, err);
   Result<NodeAccess> access = LoadNodeAccess(secret_file, tls);
   if (!access) {
     err << "limiterctl: " << access.error() << '\n';

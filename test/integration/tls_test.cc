@@ -213,7 +213,7 @@ TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
       {"--policies", WriteTempFile("tls_slow_policies.yaml", "policies:\n  - {name: api, "
                                    "algorithm: token_bucket, limit: 100, window: 1h, class: "
                                    "contract}\n"),
-       "--threads", "1", "--frame-timeout-ms", "500", "--max-tls-handshakes", "1",
+       "--threads", "1", "--auth-timeout-ms", "500", "--max-tls-handshakes", "1",
        "--secret-file", WriteTempFile("tls_slow_secret", kSecret + "\n"), "--tls-cert",
        File("node.pem"), "--tls-key", File("node.key"), "--tls-client-ca", File("ca.pem")});
   ASSERT_FALSE(slow.listen.empty());
@@ -232,14 +232,15 @@ TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
   ASSERT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress"), 1);
   EXPECT_TRUE(ClosedByTheNode(ConnectAndSend(slow.listen, std::string(1, '\x16'))));
   EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_refused_total"), 1);
-  // The stalled one is closed at the frame timeout (the idle one is 60 s, past the read's
-  // own bound), and its slot is free again.
+  // The stalled one is closed at the auth timeout (the idle one is 60 s, past the read's
+  // own bound), and its slot is free again; so is the silent one, which never began.
   EXPECT_TRUE(ClosedByTheNode(stalled));
-  EXPECT_EQ(AdminMetric(slow.admin, "limiter_frame_timeouts_total"), 1);
+  EXPECT_TRUE(ClosedByTheNode(silent));
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_auth_timeouts_total"), 2);
+  EXPECT_EQ(AdminMetric(slow.admin, "limiter_frame_timeouts_total"), 0);
   EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshake_failures_total"), 1);
   EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress"), 0);
   EXPECT_EQ(TryAt(slow.listen, "ca", "gateway"), "");
-  ::close(silent);
 }
 
 TEST_F(Tls, BadTlsFilesStopTheNodeWithOneMessageNamingThem) {

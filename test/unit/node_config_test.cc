@@ -81,17 +81,17 @@ TEST_F(NodeConfigFile, BadFieldsAreOneErrorNamingWhereAndWhat) {
   c = Load("tls:\n  cert: a.pem\n  key: a.key\n  ca: ca.pem\n");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error(),
-            file + ":4:3: field 'tls.ca': unknown field (known: cert, key, client_ca)");
+            file + ":4:3: field 'tls.ca': unknown field (known: cert, key, client_ca, peer_ca)");
   c = Load("insecure: yes please\n");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error(), file + ":1:11: field 'insecure': expected true or false");
   c = Load("max_ops_per_frame: 2000000\n");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), file + ":1:20: field 'max_ops_per_frame': at most 1000000");
+  EXPECT_EQ(c.error(), file + ":1:20: field 'max_ops_per_frame': must be between 1 and 1000000, got 2000000");
   c = Load("max_reply_bytes: 100\n");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error(),
-            file + ":1:18: field 'max_reply_bytes': must be between 4096 and 1073741824 bytes");
+            file + ":1:18: field 'max_reply_bytes': must be between 4096 and 1073741824, got 100");
   c = Load("secret: hunter2\n");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("field 'secret': unknown field"), std::string::npos) << c.error();
