@@ -54,11 +54,14 @@ struct SslFree {
 // at any time one read or wait, and at most one write, so it ends when its socket closes
 // and the last of them has run.
 class Connection : public std::enable_shared_from_this<Connection> {
+  friend class PreauthQueue;  // takes a waiting connection's slot (ReleasePreauth)
+
  public:
   Connection(tcp::socket socket, ConnectionSet& set, Admission admission)
       : socket_(std::move(socket)),
         set_(set),
         admission_(admission),
+        preauth_held_(admission.preauth),
         session_(set.node_.NewSession()) {}
 
   ~Connection() {
@@ -70,12 +73,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     set_.limits_.open.fetch_sub(1, std::memory_order_relaxed);
   }
 
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+  // Closed to make room for a newer connection before it authenticated (PreauthQueue).
+  void Evict() {
+    set_.preauth_evictions_.Add();
+    if (handshaking_) {
+      FailHandshake();
+    } else {
+      Close();
+    }
+  }
+
   // Bytes of replies this connection holds, and whether it has stopped taking them.
   size_t buffered() const { return buffered_; }
   bool Stalled(Time now) const { return writing_ && now - last_write_progress_ >= kStalledAfter; }
 
   void Start() {
     registry_it_ = set_.connections_.insert(set_.connections_.end(), weak_from_this());
+    if (preauth()) set_.limits_.waiting.Add(shared_from_this());
     Node::CountersOf(set_.worker_).connections_opened.Add();
     asio::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
@@ -114,7 +129,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       set_.frame_timeouts_.Add();
       Close();
     } else if (session_.secret_tag != 0 && !set_.node_.SessionValid(session_)) {
-      set_.revoked_.Add();  // the secret it proved was removed: it proves the current one
+      // The secret it proved was removed: it proves the current one on a new connection.
+      Node::CountersOf(set_.worker_).sessions_revoked.Add();
       Close();
     } else if (now - last_read_ >= set_.idle_timeout_) {
       set_.idle_timeouts_.Add();
@@ -137,8 +153,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Read() {
     if (reading_ || closing_ || turn_posted_) return;
     if (pending_.size() > set_.options_.max_output_bytes) return;  // resumed when writes drain
-    if (OverBudget()) {
-      budget_paused_ = true;  // resumed by the reaper once the node is within its budget
+    if (buffered_ > 0 && OverBudget()) {
+      // A connection holding replies reads no more until the node is within its budget
+      // again (the reaper resumes it); one that has taken all of its replies reads on.
+      budget_paused_ = true;
       return;
     }
     budget_paused_ = false;
@@ -228,7 +246,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           Node::AfterFrame::kClose) {
         closing_ = true;
       }
-      if (admission_.preauth && session_.authenticated) ReleasePreauth();
+      if (session_.authenticated) ReleasePreauth();
       if (const uint64_t seq = Node::TakeSyncNeeded(set_.worker_); seq != 0) {
         held_.push_back({reply_start, seq});
       }
@@ -264,12 +282,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                     std::memory_order_relaxed);
     buffered_ = now_held;
   }
-  void ReleasePreauth() {
-    if (!admission_.preauth) return;
-    admission_.preauth = false;
+  // Gives back its pre-auth slot, once: when it authenticates, when it ends, or when the
+  // acceptor takes the slot for a newer connection (from that thread: hence the atomic).
+  bool ReleasePreauth() {
+    if (!preauth_held_.exchange(false, std::memory_order_relaxed)) return false;
     set_.limits_.preauth.fetch_sub(1, std::memory_order_relaxed);
     set_.limits_.preauth_sources.Remove(admission_.source);
+    return true;
   }
+  bool preauth() const { return preauth_held_.load(std::memory_order_relaxed); }
 
   void PostTurn() {
     turn_posted_ = true;
@@ -506,7 +527,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<SSL, SslFree> ssl_;  // TLS over socket_'s descriptor; null: plain TCP
   ConnectionSet& set_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
-  Admission admission_;  // its source; .preauth while it holds a pre-auth slot
+  Admission admission_;  // its source, whether it is a peer's
+  std::atomic<bool> preauth_held_;  // it holds a pre-auth slot (admission_.preauth at first)
   Node::Session session_;
   ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
@@ -584,6 +606,43 @@ void ConnectionSet::EnforceBudget(Time now) {
     budget_closes_.Add();
     c->Close();
   }
+}
+
+void PreauthQueue::Add(std::shared_ptr<Connection> c) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Entries older than the auth timeout have authenticated or been closed by then: they go
+  // from the front, so the queue holds what the last auth_timeout accepted, at most.
+  while (!entries_.empty() && (now - entries_.front().added >= horizon_ ||
+                               entries_.front().connection.expired())) {
+    entries_.pop_front();
+  }
+  entries_.push_back({std::move(c), now});
+}
+
+bool PreauthQueue::EvictOldest() {
+  std::shared_ptr<Connection> victim;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!entries_.empty() && !victim) {
+      std::shared_ptr<Connection> c = entries_.front().connection.lock();
+      entries_.pop_front();
+      if (!c) continue;
+      // Its slot is taken here, at once, so that the count never passes the cap.
+      if (c->ReleasePreauth()) {
+        victim = std::move(c);
+      } else {
+        // Authenticated since: its last reference, if this is it, goes on its worker.
+        const asio::any_io_executor worker = c->executor();
+        asio::post(worker, [c = std::move(c)] {});
+      }
+    }
+  }
+  if (!victim) return false;
+  // Closed on its own worker, where its last reference must go too.
+  const asio::any_io_executor worker = victim->executor();
+  asio::post(worker, [c = std::move(victim)] { c->Evict(); });
+  return true;
 }
 
 bool ConnectionLimits::IsPeer(const asio::ip::address& address) const {

@@ -30,7 +30,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <list>
+#include <mutex>
 #include <memory>
 #include <vector>
 
@@ -54,6 +56,29 @@ namespace limiter {
 class Connection;
 class NodeCertificates;
 
+// The connections still to authenticate, oldest first, so that the acceptor can make room
+// for a new one by closing the oldest (a peer that authenticates does so within a round trip;
+// what waits longest is a stranger holding a slot). Entries of connections that have since
+// authenticated or ended are skipped, and those older than the auth timeout dropped.
+// Thread-safety: any thread (the acceptor evicts, workers add); its own mutex.
+class PreauthQueue {
+ public:
+  explicit PreauthQueue(std::chrono::milliseconds horizon) : horizon_(horizon) {}
+  void Add(std::shared_ptr<Connection> c);
+  // Takes the oldest waiting connection's pre-auth slot and has its worker close it; false
+  // when none is waiting.
+  bool EvictOldest();
+
+ private:
+  struct Entry {
+    std::weak_ptr<Connection> connection;
+    std::chrono::steady_clock::time_point added;
+  };
+  const std::chrono::milliseconds horizon_;
+  std::mutex mu_;
+  std::deque<Entry> entries_;  // guarded by mu_
+};
+
 // What every worker's connections share: the node-wide counts their caps hold them to, and
 // what the acceptor needs to place a new connection. Owned by the server; outlives the sets.
 struct ConnectionLimits {
@@ -67,7 +92,9 @@ struct ConnectionLimits {
   // their connections hold no pre-auth slot and may use the peer reserve.
   SharedValue<const std::vector<asio::ip::address>> peers;
   std::shared_ptr<const NodeCertificates> node_certs;  // with a peer CA; else null
+  PreauthQueue waiting;  // the connections holding pre-auth slots, oldest first
   bool IsPeer(const asio::ip::address& address) const;
+  explicit ConnectionLimits(std::chrono::milliseconds auth_timeout) : waiting(auth_timeout) {}
 };
 
 // How an accepted connection counts: its source's buckets (SourceCounts), and whether it
@@ -102,7 +129,7 @@ class ConnectionSet {
   uint64_t tls_handshakes_refused() const { return tls_handshakes_refused_.Get(); }
   uint64_t auth_timeouts() const { return auth_timeouts_.Get(); }
   uint64_t budget_closes() const { return budget_closes_.Get(); }
-  uint64_t revoked() const { return revoked_.Get(); }
+  uint64_t preauth_evictions() const { return preauth_evictions_.Get(); }
 
  private:
   friend class Connection;
@@ -126,7 +153,7 @@ class ConnectionSet {
   Counter tls_handshakes_refused_;
   Counter auth_timeouts_;   // not authenticated within auth_timeout
   Counter budget_closes_;   // closed to bring the node's buffered replies within the budget
-  Counter revoked_;         // closed by the reaper: the secret they proved was removed
+  Counter preauth_evictions_;  // closed before authenticating, to make room for a newer one
 };
 
 // How often a worker reaps: a quarter of the shortest timeout, so that a deadline is kept to

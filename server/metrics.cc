@@ -51,6 +51,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   std::array<uint64_t, kBadFrameKinds> bad{};
   uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
   uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0, moving = 0;
+  uint64_t peer_refusals = 0, sessions_revoked = 0;
   {
     std::lock_guard<std::mutex> guard(workers_mu_);
     for (const auto& w : workers_) {
@@ -65,6 +66,8 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
       opened += c.connections_opened.Get();
       closed += c.connections_closed.Get();
       auth_failures += c.auth_failures.Get();
+      peer_refusals += c.peer_refusals.Get();
+      sessions_revoked += c.sessions_revoked.Get();
       frames_refused += c.frames_refused.Get();
       split_refusals += c.split_refusals.Get();
       moving += c.moving.Get();
@@ -109,6 +112,8 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   out.emplace_back("frames", static_cast<int64_t>(frames));
   out.emplace_back("frames_refused", static_cast<int64_t>(frames_refused));
   out.emplace_back("auth_failures", static_cast<int64_t>(auth_failures));
+  out.emplace_back("peer_refusals", static_cast<int64_t>(peer_refusals));
+  out.emplace_back("sessions_revoked", static_cast<int64_t>(sessions_revoked));
   out.emplace_back("split_refusals", static_cast<int64_t>(split_refusals));
   const HandoffCounters& h = handoff_counters_;
   out.emplace_back("handoff_moving", static_cast<int64_t>(moving));
@@ -232,6 +237,13 @@ std::string Node::RenderMetrics() {
   Header(out, "limiter_auth_failures_total", "counter",
          "Connections closed for a hello without valid proof of the cluster secret.");
   out << "limiter_auth_failures_total " << stat("auth_failures") << '\n';
+  Header(out, "limiter_peer_ops_refused_total", "counter",
+         "Node-to-node ops (a member-list change, HANDOFF, a region report) refused: the "
+         "session had not proved the peer credential, or spoke for another member.");
+  out << "limiter_peer_ops_refused_total " << stat("peer_refusals") << '\n';
+  Header(out, "limiter_sessions_revoked_total", "counter",
+         "Connections closed because the secret they proved was removed (rotation).");
+  out << "limiter_sessions_revoked_total " << stat("sessions_revoked") << '\n';
   Header(
       out, "limiter_frames_refused_total", "counter",
       "Frames over a bound (ops, reply bytes, STATS/HOTKEYS/INSPECT); their connections closed.");

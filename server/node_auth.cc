@@ -47,14 +47,16 @@ Node::Session Node::NewSession() const {
 bool Node::SessionValid(Session& session) const {
   const uint64_t version = secrets_version_.load(std::memory_order_relaxed);
   if (session.secrets_version == version) return true;
-  session.secrets_version = version;
   if (session.secret_tag == 0) return true;  // proved nothing that can be removed
   const std::shared_ptr<const auth::Secrets> set =
       session.tag_is_peer ? peer_secrets_.load() : secrets_.load();
   for (const std::string& secret : set->values) {
-    if (auth::SecretTag(secret) == session.secret_tag) return true;
+    if (auth::SecretTag(secret) == session.secret_tag) {
+      session.secrets_version = version;  // checked against this set: valid until it changes
+      return true;
+    }
   }
-  return false;
+  return false;  // and stays so: the version is not taken, so every later check fails too
 }
 
 bool Node::AdminTokenValid(std::string_view token) const {

@@ -122,7 +122,7 @@ struct Server::Impl {
   ServerOptions options;
   // Over all workers: connections open (max_connections), not yet authenticated, in a TLS
   // handshake, and their buffered replies; and the peers' addresses.
-  ConnectionLimits limits;
+  ConnectionLimits limits{std::chrono::milliseconds(options.auth_timeout_ms)};
   Counter refused_preauth;  // over the pre-auth caps; written on the acceptor's thread only
   Counter refused_preauth_source;
   std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
@@ -298,12 +298,15 @@ struct Server::Impl {
       const int64_t most = options.max_preauth_connections > 0
                                ? options.max_preauth_connections
                                : std::max<int64_t>(1, options.max_connections / 4);
-      if (limits.preauth.load(std::memory_order_relaxed) >= most) {
-        refused_preauth.Add();
-        return std::nullopt;
-      }
       if (!limits.preauth_sources.TryAdd(a.source, options.max_preauth_per_source)) {
         refused_preauth_source.Add();
+        return std::nullopt;
+      }
+      // At the cap, the oldest stranger still to authenticate makes room: no number of
+      // silent sockets keeps a gateway, which proves itself within a round trip, out.
+      if (limits.preauth.load(std::memory_order_relaxed) >= most && !limits.waiting.EvictOldest()) {
+        limits.preauth_sources.Remove(a.source);
+        refused_preauth.Add();
         return std::nullopt;
       }
       limits.preauth.fetch_add(1, std::memory_order_relaxed);
@@ -413,7 +416,8 @@ struct Server::Impl {
   // The server's own counters, in the same exposition format as Node::RenderMetrics.
   std::string RenderMetrics() const {
     uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0,
-             handshakes_refused = 0, auth_timeouts = 0, budget_closes = 0, revoked = 0;
+             handshakes_refused = 0, auth_timeouts = 0, budget_closes = 0,
+             evictions = 0;
     for (const auto& w : workers) {
       frame_timeouts += w->connections.frame_timeouts();
       idle_timeouts += w->connections.idle_timeouts();
@@ -421,7 +425,7 @@ struct Server::Impl {
       handshakes_refused += w->connections.tls_handshakes_refused();
       auth_timeouts += w->connections.auth_timeouts();
       budget_closes += w->connections.budget_closes();
-      revoked += w->connections.revoked();
+      evictions += w->connections.preauth_evictions();
     }
     std::string out;
     Metric(out, "limiter_connections_open", "gauge",
@@ -434,8 +438,12 @@ struct Server::Impl {
                std::max<int64_t>(0, limits.preauth.load(std::memory_order_relaxed))));
     Metric(out, "limiter_connections_refused_preauth_total", "counter",
            "Connections closed as soon as accepted: max_preauth_connections were not yet "
-           "authenticated.",
+           "authenticated and none could be closed to make room.",
            refused_preauth.Get());
+    Metric(out, "limiter_preauth_evictions_total", "counter",
+           "Connections closed before they authenticated, the oldest first, to make room for a "
+           "new one at max_preauth_connections.",
+           evictions);
     Metric(out, "limiter_connections_refused_per_source_total", "counter",
            "Connections closed as soon as accepted: their source held max_preauth_per_source "
            "connections not yet authenticated.",
@@ -452,9 +460,7 @@ struct Server::Impl {
            "Connections closed because the node's buffered replies passed reply_budget_bytes "
            "and they had not read theirs for a second (the largest first).",
            budget_closes);
-    Metric(out, "limiter_sessions_revoked_total", "counter",
-           "Connections closed because the secret they proved was removed (rotation).",
-           revoked);
+
     Metric(out, "limiter_connections_refused_total", "counter",
            "Connections closed as soon as accepted: max_connections were open.", refused.Get());
     Metric(out, "limiter_admin_actions_refused_total", "counter",

@@ -21,6 +21,7 @@
 #include "common/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
+#include "test/integration/raw_socket.h"
 
 namespace limiter {
 namespace {
@@ -30,6 +31,10 @@ using testing::AdminMetric;
 using testing::StartNode;
 using testing::WriteTempFile;
 using Clock = std::chrono::steady_clock;
+using testing::ClosedByNode;
+using testing::Connect;
+using testing::ResidentBytes;
+using testing::Socket;
 
 const char* kPolicies = R"(
 policies:
@@ -37,44 +42,6 @@ policies:
 )";
 
 std::string Policies() { return WriteTempFile("hostile_connections_policies.yaml", kPolicies); }
-
-// A raw socket, closed on destruction.
-class Socket {
- public:
-  explicit Socket(int fd = -1) : fd_(fd) {}
-  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Socket& operator=(Socket&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int fd() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  bool Send(std::initializer_list<uint8_t> bytes) const {
-    const std::vector<uint8_t> v(bytes);
-    return ::send(fd_, v.data(), v.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(v.size());
-  }
-
- private:
-  int fd_;
-};
-
-Socket Connect(const std::string& address, int timeout_ms = 20'000) {
-  Result<int> fd = ConnectTcp(address, timeout_ms);
-  return Socket(fd.ok() ? *fd : -1);
-}
-
-// Whether the node has ended the connection: end of file, or a reset when a byte of ours
-// crossed its close. Waits up to `timeout_ms` for something to read; false if data came.
-bool ClosedByNode(const Socket& s, int timeout_ms) {
-  pollfd p{s.fd(), POLLIN, 0};
-  if (::poll(&p, 1, timeout_ms) != 1) return false;
-  char byte;
-  const ssize_t n = ::recv(s.fd(), &byte, 1, MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno == ECONNRESET);
-}
 
 // One CHECK on `c`, answered Ok.
 bool Check(NodeConnection& c) {
@@ -99,14 +66,6 @@ bool ServedAgain(const std::string& address) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
-}
-
-int64_t ResidentBytes(int pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
-  }
-  return -1;
 }
 
 TEST(HostileConnections, ATrickledFrameIsClosedAtTheFrameTimeoutWhileOthersAreServed) {

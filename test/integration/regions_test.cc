@@ -24,6 +24,9 @@
 #include "client/ctl/commands.h"
 #include "common/promise_check.h"
 #include "limiter/client/client.h"
+#include "client/node_connection.h"
+#include "common/wire.h"
+#include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 
 namespace limiter {
@@ -40,6 +43,10 @@ int64_t NowUs() {
 
 using bench::DelayProxy;
 
+// The regions run with both roles' secrets: their reports to each other prove the peer secret,
+// the gateways and limiterctl the gateway secret.
+const std::string kGatewaySecret = "regions-gateway-secret-0123456789";
+const std::string kPeerSecret = "regions-peer-secret-0123456789ab";
 constexpr int64_t kLimit = 120;  // per second
 constexpr int64_t kBurst = 12;
 const char* kPolicies = R"(
@@ -72,10 +79,16 @@ class RegionsLoopback : public ::testing::Test {
       r.proxy = std::make_unique<DelayProxy>(r.port, 30ms);
       regions_.push_back(std::move(r));
     }
+    const std::string secret = testing::WriteTempFile("regions_secret", kGatewaySecret + "\n");
+    const std::string peer = testing::WriteTempFile("regions_peer_secret", kPeerSecret + "\n");
+    const std::string seed =
+        testing::WriteTempFile("regions_key_seed", "regions-key-seed-0123456789\n");
     for (Region& r : regions_) {
       std::ostringstream config;
       config << "listen: 127.0.0.1:" << r.port << "\nadmin: 127.0.0.1:0\npolicies: " << policies_
              << "\nthreads: 1\nregion: " << r.name << "\nrebalance_interval: 1s\n"
+             << "secret_file: " << secret << "\npeer_secret_file: " << peer
+             << "\nkey_seed_file: " << seed << "\n"
              // The address the other regions know this node by (its proxy): its reports say so.
              << "self: " << r.proxy->address() << "\nregions:\n";
       for (const Region& other : regions_) {
@@ -90,6 +103,7 @@ class RegionsLoopback : public ::testing::Test {
       client::Options o;
       o.members = {r.node.listen};
       o.policy_file = policies_;
+      o.secret_file = secret;
       o.deadline = 200ms;
       std::string error;
       r.client = client::Client::Create(o, &error);
@@ -131,6 +145,7 @@ class RegionsLoopback : public ::testing::Test {
   // limiterctl regions --json for the key, asked in `region`.
   nlohmann::json Shares(const Region& region) {
     ctl::RegionsArgs args;
+    args.access.secret = kGatewaySecret;
     args.cluster = region.node.listen;
     args.policy = "partner";
     args.key = "acme";
@@ -168,6 +183,7 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
   EXPECT_LE(share["us"] + share["eu"] + share["ap"], kLimit);
   {
     ctl::RegionsArgs args;  // as an operator sees it (the README quotes this)
+    args.access.secret = kGatewaySecret;
     args.cluster = regions_[0].node.listen;
     args.policy = "partner";
     args.key = "acme";
@@ -211,6 +227,58 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
               worst.allowed, static_cast<double>(worst.admitted) - worst.allowed,
               static_cast<long long>(settled), static_cast<long long>(kLimit), all.size(),
               static_cast<double>(NowUs() - t0) / 1e6);
+}
+
+// A REGIONS report "from eu" with 400 made-up key ids, sent to the us node: over a gateway's
+// session (the gateway secret), over a peer's speaking for a member of another region, and for a
+// member it is not: each refused, counted, and nothing of it taken.
+std::vector<uint8_t> ForgedReport(const std::string& region, const std::string& node) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<wire::KeyDemand> keys;
+  for (uint64_t i = 1; i <= 400; ++i) keys.push_back(wire::KeyDemand(i, i << 40, 1'000'000, 0, 0));
+  const auto report = wire::CreateRegionReport(fbb, fbb.CreateString(region),
+                                               fbb.CreateString(node), 0, 0,
+                                               fbb.CreateVectorOfStructs(keys));
+  const auto body = FinishPeerRequest(fbb, wire::OpType::Regions,
+                                      wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
+  return {body.begin(), body.end()};
+}
+
+TEST_F(RegionsLoopback, NoGatewayNorAPeerOfAnotherRegionCanForgeAReport) {
+  const Region& us = regions_[0];
+  const Region& eu = regions_[1];
+  const Region& ap = regions_[2];
+  const auto send = [&](NodeAccess access, const std::vector<uint8_t>& frame) {
+    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(us.node.listen, 5000, access);
+    EXPECT_TRUE(c.ok()) << c.error();
+    if (!c.ok()) return std::string("no connection");
+    EXPECT_FALSE((*c)->Send(frame));
+    Result<const wire::Reply*> r = (*c)->Receive();
+    EXPECT_TRUE(r.ok()) << r.error();
+    if (!r.ok() || !(*r)->ops()) return std::string("no reply");
+    const wire::OpReply* o = (*r)->ops()->Get(0);
+    EXPECT_EQ(o->status(), wire::Status::Forbidden);
+    return o->error() ? o->error()->str() : std::string();
+  };
+  const int64_t received = testing::AdminMetric(us.node.admin, "limiter_region_reports_received_total");
+  NodeAccess gateway;
+  gateway.secret = kGatewaySecret;
+  std::string why = send(gateway, ForgedReport("eu", eu.proxy->address()));
+  EXPECT_NE(why.find("did not prove the peer credential"), std::string::npos) << why;
+  // ap's node, with the peer secret, claiming eu's report: not a member of eu.
+  NodeAccess ap_peer;
+  ap_peer.peer_secret = kPeerSecret;
+  ap_peer.peer_name = ap.proxy->address();
+  why = send(ap_peer, ForgedReport("eu", ap.proxy->address()));
+  EXPECT_NE(why.find("not a member of region 'eu'"), std::string::npos) << why;
+  // ap's node speaking for eu's.
+  why = send(ap_peer, ForgedReport("eu", eu.proxy->address()));
+  EXPECT_NE(why.find("speaks for"), std::string::npos) << why;
+  EXPECT_GE(testing::AdminMetric(us.node.admin, "limiter_peer_ops_refused_total"), 3);
+  // None of it was taken as a report (real ones from eu and ap keep arriving meanwhile, so
+  // the count of those is not asserted, only that no forged key is tracked).
+  EXPECT_GE(testing::AdminMetric(us.node.admin, "limiter_region_reports_received_total"), received);
+  EXPECT_LT(testing::AdminMetric(us.node.admin, "limiter_region_keys"), 400);
 }
 
 TEST(LimiterctlRegions, BadArgumentsAndANodeWithoutRegionsAreClearErrors) {

@@ -24,6 +24,7 @@
 #include "common/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
+#include "test/integration/test_certificates.h"
 #include "test/support/ctl_runner.h"
 
 namespace limiter {
@@ -33,28 +34,12 @@ using testing::AdminMetric;
 using testing::RunningNode;
 using testing::StartNode;
 using testing::WriteTempFile;
+using testing::MakeCa;
+using testing::MakeCert;
 
 namespace fs = std::filesystem;
 
 const std::string kSecret = "tls-test-secret-0123456789abcdef";
-
-// A CA (`name`.pem/.key) and certificates it signs, in `dir`.
-bool Run(const std::string& command) {
-  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-}
-bool MakeCa(const fs::path& dir, const std::string& name) {
-  return Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-             "-subj /CN=" + name + " -keyout " + (dir / (name + ".key")).string() + " -out " +
-             (dir / (name + ".pem")).string());
-}
-bool MakeCert(const fs::path& dir, const std::string& ca, const std::string& name) {
-  const std::string base = (dir / name).string();
-  const std::string ca_base = (dir / ca).string();
-  return Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" +
-             name + " -keyout " + base + ".key -out " + base + ".csr") &&
-         Run("openssl x509 -req -days 2 -in " + base + ".csr -CA " + ca_base + ".pem -CAkey " +
-             ca_base + ".key -CAcreateserial -out " + base + ".pem");
-}
 
 class Tls : public ::testing::Test {
  protected:

@@ -87,7 +87,8 @@ TEST_F(NodeConfigFile, BadFieldsAreOneErrorNamingWhereAndWhat) {
   EXPECT_EQ(c.error(), file + ":1:11: field 'insecure': expected true or false");
   c = Load("max_ops_per_frame: 2000000\n");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), file + ":1:20: field 'max_ops_per_frame': must be between 1 and 1000000, got 2000000");
+  EXPECT_EQ(c.error(),
+            file + ":1:20: field 'max_ops_per_frame': must be between 1 and 1000000, got 2000000");
   c = Load("max_reply_bytes: 100\n");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error(),
@@ -95,6 +96,58 @@ TEST_F(NodeConfigFile, BadFieldsAreOneErrorNamingWhereAndWhat) {
   c = Load("secret: hunter2\n");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("field 'secret': unknown field"), std::string::npos) << c.error();
+}
+
+TEST_F(NodeConfigFile, EveryDurationAndSizeIsHeldToItsRange) {
+  const std::string file = In("limiterd.yaml");
+  // Each field, a value past its range, and the message's tail.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"idle_timeout: 20000w", "field 'idle_timeout': must be between 100ms and 1d, got '20000w'"},
+      {"idle_timeout: 0s", "field 'idle_timeout': must be between 100ms and 1d, got '0s'"},
+      {"frame_timeout: 11m", "field 'frame_timeout': must be between 100ms and 10m, got '11m'"},
+      {"auth_timeout: 2h", "field 'auth_timeout': must be between 100ms and 1m, got '2h'"},
+      {"secret_reload: 2h", "field 'secret_reload': must be between 10ms and 1h, got '2h'"},
+      {"handoff_deadline: 1h", "field 'handoff_deadline': must be between 1ms and 10m, got '1h'"},
+      {"sync_interval: 2m", "field 'sync_interval': must be between 1ms and 1m, got '2m'"},
+      {"rebalance_interval: 50ms",
+       "field 'rebalance_interval': must be between 100ms and 10m, got '50ms'"},
+      {"hot_keys: {valid: 2h}", "field 'hot_keys.valid': must be between 100ms and 1h, got '2h'"},
+      {"threads: 0", "field 'threads': must be between 1 and 256, got 0"},
+      {"max_connections: 99999999999",
+       "field 'max_connections': must be between 1 and 10000000, got 99999999999"},
+      {"max_preauth_connections: 0",
+       "field 'max_preauth_connections': must be between 1 and 10000000, got 0"},
+      {"max_preauth_per_source: -1",
+       "field 'max_preauth_per_source': must be between 1 and 10000000, got -1"},
+      {"max_tls_handshakes_per_source: 0",
+       "field 'max_tls_handshakes_per_source': must be between 1 and 1000000, got 0"},
+      {"reply_budget: 1000", "field 'reply_budget': must be between 1048576 and 68719476736, got 1000"},
+      {"max_frame: 99999999999", "field 'max_frame': must be between 1024 and 67108864, got 99999999999"},
+      {"region_max_keys: 0", "field 'region_max_keys': must be between 1 and 100000000, got 0"},
+      {"hot_keys: {sketch: 0}", "field 'hot_keys.sketch': must be between 1 and 65536, got 0"},
+      {"generation: -3", "field 'generation': must be between 0 and 9223372036854775807, got -3"},
+      {"max_keys: 1e9", "field 'max_keys': expected an integer, got '1e9'"},
+  };
+  for (const auto& [text, tail] : cases) {
+    const Result<NodeConfig> c = Load(text + "\n");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_EQ(c.error().substr(0, file.size()), file) << c.error();
+    EXPECT_NE(c.error().find(tail), std::string::npos) << text << ": " << c.error();
+  }
+  // The new fields, in range.
+  const Result<NodeConfig> c = Load(
+      "auth_timeout: 500ms\nmax_preauth_connections: 10\nmax_preauth_per_source: 3\n"
+      "max_tls_handshakes_per_source: 4\nreply_budget: 2097152\npeer_secret_file: peer\n"
+      "key_seed_file: /etc/seed\ntls: {cert: a.pem, key: a.key, peer_ca: nodes.pem}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->server.auth_timeout_ms, 500);
+  EXPECT_EQ(c->server.max_preauth_connections, 10);
+  EXPECT_EQ(c->server.max_preauth_per_source, 3);
+  EXPECT_EQ(c->server.max_tls_handshakes_per_source, 4);
+  EXPECT_EQ(c->server.reply_budget_bytes, 2097152);
+  EXPECT_EQ(c->peer_secret_file, In("peer"));
+  EXPECT_EQ(c->key_seed_file, "/etc/seed");
+  EXPECT_EQ(c->server.tls.peer_ca_file, In("nodes.pem"));
 }
 
 TEST_F(NodeConfigFile, ReadsTheRegionsAndNamesWhatIsWrongWithThem) {
