@@ -118,7 +118,12 @@ void Node::MembersOp(Worker& w, OpResult& r) {
   if (auto error = BadName(leaving, "leaving")) return r.Fail(wire::Status::BadRequest, *error);
   if (auto error = BadName(joining, "joining")) return r.Fail(wire::Status::BadRequest, *error);
   // Asking for the list is anyone's (a gateway that lost a node does); changing it is a
-  // member's alone, and a leave or a join only the member's own.
+  // member's alone, and a leave or a join only the member's own. A standalone node (no
+  // `self`) belongs to no cluster: it takes no change at all.
+  if ((leaving || joining || whole) && options_.self.empty()) {
+    return r.Fail(wire::Status::BadRequest,
+                  "members: this node is standalone (no --self); it takes no member list");
+  }
   if (leaving || joining) {
     const std::string named = (leaving ? leaving : joining)->str();
     if (auto refused = PeerOpRefusal(w, leaving ? "MEMBERS (leaving)" : "MEMBERS (joining)",

@@ -142,19 +142,37 @@ TEST(FrameFuzzCorpus, TheSecretNodeAnswersOnlyAfterTheHandshake) {
   AppendFrame(frames, b.Finish());
 
   std::vector<uint8_t> stream;
-  EXPECT_EQ(FeedSession(frames, /*authenticate=*/true, stream), 2u);
+  EXPECT_EQ(FeedSession(frames, Role::kGateway, stream), 2u);
   const Replies answered(stream);
   ASSERT_EQ(answered.replies.size(), 2u);
   ASSERT_NE(answered.replies[0]->ops(), nullptr);
   EXPECT_EQ(answered.replies[0]->ops()->size(), 2u);
 
   stream.clear();
-  EXPECT_EQ(FeedSession(frames, /*authenticate=*/false, stream), 1u);
+  EXPECT_EQ(FeedSession(frames, Role::kNone, stream), 1u);
   const Replies refused(stream);
   ASSERT_EQ(refused.replies.size(), 1u);
   ASSERT_NE(refused.replies[0]->error(), nullptr);
   EXPECT_NE(refused.replies[0]->error()->string_view().find("cluster secret"),
             std::string_view::npos);
+}
+
+// The node-to-node seeds: refused on a gateway's session, checked (and taken) on a peer's.
+TEST(FrameFuzzCorpus, PeerOpsAreRefusedToAGatewayAndTakenFromAPeer) {
+  const std::vector<uint8_t> changes = ReadBytes(fs::path(kCorpusDir) / "peer_members_leaving_joining");
+  std::vector<uint8_t> stream;
+  EXPECT_EQ(FeedSession(changes, Role::kGateway, stream), 3u);
+  for (const wire::Reply* r : Replies(stream).replies) {
+    ASSERT_NE(r->ops(), nullptr);
+    EXPECT_EQ(r->ops()->Get(0)->status(), wire::Status::Forbidden);
+  }
+  stream.clear();
+  EXPECT_EQ(FeedSession(changes, Role::kPeer, stream), 3u);
+  const Replies peer(stream);
+  ASSERT_EQ(peer.replies.size(), 3u);
+  EXPECT_EQ(peer.replies[0]->ops()->Get(0)->status(), wire::Status::Ok);  // its own leave
+  EXPECT_EQ(peer.replies[1]->ops()->Get(0)->status(), wire::Status::Ok);  // its own join
+  EXPECT_EQ(peer.replies[2]->ops()->Get(0)->status(), wire::Status::Forbidden);  // another's
 }
 
 }  // namespace

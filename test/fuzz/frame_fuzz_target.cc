@@ -6,6 +6,7 @@
 
 #include "common/auth.h"
 #include "common/frame_codec.h"
+#include "common/key_id.h"
 #include "common/policy_file.h"
 #include "common/wire.h"
 
@@ -20,18 +21,23 @@ constexpr size_t kSweepEveryFrames = 1024;
 }
 
 PolicySet LoadPolicies() {
+  if (!KeyIdSeedUsed()) SetKeyIdSeed(kFuzzKeySeed);
   Result<PolicySet> policies = ParsePolicies(kPolicies, "fuzz-policies.yaml");
   if (!policies) Die(policies.error());
   return std::move(policies).value();
 }
 
-// One Request frame body holding a hello with `nonce` and, when given, `proof`.
-std::vector<uint8_t> HelloFrame(const auth::Nonce& nonce, const auth::Mac* proof) {
+// One Request frame body holding a hello with `nonce` and, when given, `proof` (a gateway's)
+// or, with `peer`, a peer's hello naming kFuzzPeer and its proof.
+std::vector<uint8_t> HelloFrame(const auth::Nonce& nonce, const auth::Mac* proof,
+                                bool peer = false) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto client = fbb.CreateString("fuzzer");
   const auto n = fbb.CreateVector(nonce.data(), nonce.size());
-  const auto p = proof ? fbb.CreateVector(proof->data(), proof->size()) : 0;
-  const auto hello = wire::CreateHello(fbb, kProtocolVersion, client, n, p);
+  const auto p = proof && !peer ? fbb.CreateVector(proof->data(), proof->size()) : 0;
+  const auto name = peer ? fbb.CreateString(kFuzzPeer.data(), kFuzzPeer.size()) : 0;
+  const auto pp = proof && peer ? fbb.CreateVector(proof->data(), proof->size()) : 0;
+  const auto hello = wire::CreateHello(fbb, kProtocolVersion, client, n, p, name, pp);
   fbb.Finish(wire::CreateRequest(fbb, hello));
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
@@ -100,6 +106,10 @@ namespace {
 NodeOptions FuzzAuthOptions() {
   NodeOptions options = FuzzOptions();
   options.secrets = auth::Secrets{{std::string(kFuzzSecret)}};
+  options.peer_secrets = auth::Secrets{{std::string(kFuzzPeerSecret)}};
+  options.self = std::string(kFuzzSelf);
+  options.members = {std::string(kFuzzSelf), std::string(kFuzzPeer)};
+  options.generation = 1;
   options.max_ops_per_frame = 64;
   options.max_reply_bytes = 64 * 1024;
   return options;
@@ -116,11 +126,12 @@ void CheckSessionReply(std::span<const uint8_t> reply, const wire::Request* requ
   CheckReply(reply, request, scratch);
 }
 
-// The client's side of the handshake on `session`; aborts unless the node accepts it.
-void Handshake(FuzzAuthNode& f, Node::Session& session) {
+// The client's side of the handshake on `session`, a gateway's or a peer's; aborts unless the
+// node accepts it.
+void Handshake(FuzzAuthNode& f, Node::Session& session, bool peer) {
   const auth::Nonce nonce = auth::RandomNonce();
   std::vector<uint8_t> out;
-  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, nullptr), out) !=
+  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, nullptr, peer), out) !=
       Node::AfterFrame::kContinue) {
     Die("the node closed the connection on a nonce hello");
   }
@@ -132,11 +143,12 @@ void Handshake(FuzzAuthNode& f, Node::Session& session) {
   }
   auth::Nonce challenge{};
   std::copy(r->hello()->challenge()->begin(), r->hello()->challenge()->end(), challenge.begin());
-  const auth::Mac proof = auth::ClientProof(kFuzzSecret, challenge, nonce);
+  const auth::Mac proof = peer ? auth::PeerProof(kFuzzPeerSecret, challenge, nonce, kFuzzPeer)
+                               : auth::ClientProof(kFuzzSecret, challenge, nonce);
   out.clear();
-  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, &proof), out) !=
+  if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, &proof, peer), out) !=
           Node::AfterFrame::kContinue ||
-      !session.authenticated) {
+      !session.authenticated || session.peer != peer) {
     Die("the node refused a valid proof");
   }
 }
@@ -152,22 +164,43 @@ FuzzAuthNode& SharedFuzzAuthNode() {
   return node;
 }
 
-size_t FeedSession(std::span<const uint8_t> input, bool authenticate,
-                   std::vector<uint8_t>& replies) {
+size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_t>& replies) {
   FuzzAuthNode& f = SharedFuzzAuthNode();
   Node::Session session = f.node.NewSession();
-  if (authenticate) Handshake(f, session);
+  if (role != Role::kNone) Handshake(f, session, role == Role::kPeer);
   size_t handled = 0;
+  // A peer's changes queue hand-off jobs; nothing runs them here, so each input's are run
+  // (to a sink that takes nothing) before the next: memory stays bounded over a long run.
+  struct Drain {
+    FuzzAuthNode& f;
+    ~Drain() {
+      const Node::HandoffSink refuse = [](const std::string&, std::span<const uint8_t>) {
+        return int64_t{-1};
+      };
+      while (f.node.handoffs_in_progress() > 0 &&
+             f.node.RunNextHandoff(refuse, std::chrono::milliseconds(0))) {
+      }
+    }
+  } drain{f};
   for (;;) {
     const uint32_t max_frame = f.node.FrameLimit(session);
     const FrameResult frame = DecodeFrame(input, max_frame);
     if (frame.status != FrameStatus::kFrame) return handled;  // the server's framing errors
     f.clock.Advance(kStepMs);
     const size_t reply_at = replies.size();
+    const std::shared_ptr<const Node::Membership> before = f.node.membership();
+    const int64_t received = f.node.handoff_counters().keys_received.load();
     const Node::AfterFrame after = f.node.HandleFrame(f.worker, session, frame.body, replies);
     ++handled;
-    if (!authenticate && session.authenticated) {
+    if (role == Role::kNone && session.authenticated) {
       Die("a connection was authenticated without the proof");
+    }
+    if (role != Role::kPeer && session.peer) Die("a gateway's connection became a peer's");
+    if (role != Role::kPeer && f.node.membership() != before) {
+      Die("a connection without the peer secret changed the member list");
+    }
+    if (role != Role::kPeer && f.node.handoff_counters().keys_received.load() != received) {
+      Die("a connection without the peer secret handed the node a key");
     }
     CheckSessionReply(std::span(replies).subspan(reply_at),
                       VerifiedRequest(frame.body, f.request_copy), after, f.reply_copy);
@@ -210,8 +243,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> replies;
   limiter::fuzz::FeedStream({data, size}, replies);
   replies.clear();
-  limiter::fuzz::FeedSession({data, size}, /*authenticate=*/true, replies);
+  limiter::fuzz::FeedSession({data, size}, limiter::fuzz::Role::kGateway, replies);
   replies.clear();
-  limiter::fuzz::FeedSession({data, size}, /*authenticate=*/false, replies);
+  limiter::fuzz::FeedSession({data, size}, limiter::fuzz::Role::kPeer, replies);
+  replies.clear();
+  limiter::fuzz::FeedSession({data, size}, limiter::fuzz::Role::kNone, replies);
   return 0;
 }

@@ -82,8 +82,16 @@ struct FuzzNode {
 };
 FuzzNode& SharedFuzzNode();
 
-// A second node that requires the cluster secret `kFuzzSecret`.
+// A second node that requires the gateway secret `kFuzzSecret`, holds the peer secret
+// `kFuzzPeerSecret`, and is a member of a two-node cluster (kFuzzSelf, kFuzzPeer), so that
+// node-to-node ops (member-list changes, hand-offs) reach their real checks.
 inline constexpr std::string_view kFuzzSecret = "fuzz-cluster-secret-0123456789";
+inline constexpr std::string_view kFuzzPeerSecret = "fuzz-peer-secret-0123456789ab";
+inline constexpr std::string_view kFuzzSelf = "10.0.0.1:7450";
+inline constexpr std::string_view kFuzzPeer = "10.0.0.2:7450";
+// The fuzz nodes' key-id seed, fixed so that seeds (make_corpus) can name real key ids and the
+// hand-off's digest of it matches.
+inline constexpr uint64_t kFuzzKeySeed = 0x66757a7a2d6b6579;
 struct FuzzAuthNode {
   FuzzAuthNode();
   ManualClock clock{kStartMs};
@@ -102,12 +110,14 @@ FuzzAuthNode& SharedFuzzAuthNode();
 // the node sending what clients must reject is a bug.
 void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies);
 
-// The same stream on a connection to the node that requires the secret: after a valid
-// handshake (`authenticate`), or without one. Unauthenticated, no input may open the
-// connection (it cannot make the proof) and every refusal closes it. Returns the frames
-// handled before the node closed the connection or the input ended.
-size_t FeedSession(std::span<const uint8_t> input, bool authenticate,
-                   std::vector<uint8_t>& replies);
+// The same stream on a connection to the node that requires the secret: without a
+// handshake, after a gateway's (the gateway secret), or after a peer's (the peer secret, for
+// kFuzzPeer). Unauthenticated, no input may open the connection (it cannot make the proof)
+// and every refusal closes it; as a gateway, no input may make it a peer, change the member
+// list or hand the node a key. Returns the frames handled before the node closed the
+// connection or the input ended.
+enum class Role { kNone, kGateway, kPeer };
+size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_t>& replies);
 
 }  // namespace limiter::fuzz
 

@@ -16,6 +16,9 @@
 #include "client/request_builder.h"
 #include "common/frame_codec.h"
 #include "common/rate.h"
+#include "common/key_id.h"
+#include "common/protocol.h"
+#include "common/state_transfer.h"
 #include "common/wire.h"
 #include "test/fuzz/frame_fuzz_target.h"
 
@@ -321,6 +324,60 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                b.CheckMany(59, limits, {}, 1);
              })});
     c.emplace_back("reclaim_own_key_at_bound", s);
+  }
+  // Node-to-node ops, as a peer sends them (and a gateway must not): member-list changes, a
+  // hand-off of real key ids (the fuzz nodes' seed) under the auth node's policy digest, a
+  // region report. Each session replays them: refused for a gateway, checked for the peer.
+  {
+    const auto peer_frame = [](auto make) {
+      flatbuffers::FlatBufferBuilder fbb;
+      const auto [type, peer] = make(fbb);
+      return Framed(FinishPeerRequest(fbb, type, peer));
+    };
+    const auto name = [](flatbuffers::FlatBufferBuilder& fbb, std::string_view n) {
+      return fbb.CreateString(n.data(), n.size());
+    };
+    c.emplace_back("peer_members_leaving_joining", Cat({
+        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+          return std::pair{wire::OpType::Members,
+                           wire::CreatePeer(fbb, 0, 5, 0, name(fbb, kFuzzPeer))};
+        }),
+        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+          return std::pair{wire::OpType::Members,
+                           wire::CreatePeer(fbb, 0, 6, 0, 0, name(fbb, kFuzzPeer))};
+        }),
+        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+          return std::pair{wire::OpType::Members,
+                           wire::CreatePeer(fbb, 0, 7, 0, 0, name(fbb, "10.0.0.3:7450"))};
+        })}));
+    c.emplace_back("peer_members_list", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+      const std::vector<flatbuffers::Offset<flatbuffers::String>> list = {
+          name(fbb, kFuzzSelf), name(fbb, kFuzzPeer), name(fbb, "10.0.0.4:7450")};
+      return std::pair{wire::OpType::Members, wire::CreatePeer(fbb, fbb.CreateVector(list), 9)};
+    }));
+    const Policy& quota = SharedFuzzAuthNode().policies.policies()[3];
+    KeyLimiter spent(quota.algorithm);
+    spent.Decide(quota.rate, kStartMs, 1000);  // the whole window's 1000 units
+    std::vector<int64_t> spent_window;
+    ExportState(spent, kStartMs, spent_window);
+    c.emplace_back("peer_handoff", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+      std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
+      for (int i = 0; i < 8; ++i) {
+        const KeyId id = protocol::LimitId(quota, Numbered("handed-", i), {});
+        keys.push_back(wire::CreateKeyRecord(fbb, id.lo, id.hi, 3,
+                                             fbb.CreateVector(spent_window), 0, 0));
+      }
+      const auto h = wire::CreateHandoff(
+          fbb, name(fbb, kFuzzPeer), 2, SharedFuzzAuthNode().node.policy_digest(),
+          KeyIdSeedDigest(), kStartMs, fbb.CreateVector(keys), 0, true);
+      return std::pair{wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h)};
+    }));
+    c.emplace_back("peer_regions_report", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+      const std::vector<wire::KeyDemand> keys = {wire::KeyDemand(1, 2, 100, 10, 0)};
+      const auto report = wire::CreateRegionReport(fbb, name(fbb, "eu"), name(fbb, kFuzzPeer), 0,
+                                                   0, fbb.CreateVectorOfStructs(keys));
+      return std::pair{wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report)};
+    }));
   }
   return c;
 }
