@@ -246,7 +246,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           Node::AfterFrame::kClose) {
         closing_ = true;
       }
-      if (session_.authenticated) ReleasePreauth();
+      if (session_.authenticated && preauth()) ReleasePreauth();
       if (const uint64_t seq = Node::TakeSyncNeeded(set_.worker_); seq != 0) {
         held_.push_back({reply_start, seq});
       }

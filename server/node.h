@@ -303,8 +303,10 @@ class Node {
   // started with such a secret has any to replace; an empty set is ignored. Sessions that
   // proved a secret no longer in the set end at their next frame or the reaper's visit
   // (SessionValid). Thread-safe.
-  void SetSecrets(auth::Secrets secrets);
-  void SetPeerSecrets(auth::Secrets secrets);
+  // A set that shares a value with the other kind's is refused (the error says so) and the
+  // node keeps the secrets it has.
+  std::optional<std::string> SetSecrets(auth::Secrets secrets);
+  std::optional<std::string> SetPeerSecrets(auth::Secrets secrets);
   // The gateway secret this node proves with (the first); empty: none.
   std::string current_secret() const;
   // The peer secret this node proves itself with to other nodes (the first); empty: none.

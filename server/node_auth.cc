@@ -24,16 +24,24 @@ auth::Bytes BytesOf(const flatbuffers::Vector<uint8_t>* v) {
 
 }  // namespace
 
-void Node::SetSecrets(auth::Secrets secrets) {
-  if (!requires_secret_ || secrets.empty()) return;
+std::optional<std::string> Node::SetSecrets(auth::Secrets secrets) {
+  if (!requires_secret_ || secrets.empty()) return std::nullopt;
+  if (auth::Overlap(secrets, *peer_secrets_.load())) {
+    return "a gateway secret is also a peer secret: every gateway could act as a node";
+  }
   secrets_.store(std::make_shared<const auth::Secrets>(std::move(secrets)));
   secrets_version_.fetch_add(1);
+  return std::nullopt;
 }
 
-void Node::SetPeerSecrets(auth::Secrets secrets) {
-  if (!has_peer_secret_ || secrets.empty()) return;
+std::optional<std::string> Node::SetPeerSecrets(auth::Secrets secrets) {
+  if (!has_peer_secret_ || secrets.empty()) return std::nullopt;
+  if (auth::Overlap(secrets, *secrets_.load())) {
+    return "the peer secret is also a gateway secret: every gateway could act as a node";
+  }
   peer_secrets_.store(std::make_shared<const auth::Secrets>(std::move(secrets)));
   secrets_version_.fetch_add(1);
+  return std::nullopt;
 }
 
 Node::Session Node::NewSession() const {

@@ -39,14 +39,17 @@ void SecretWatcher::Run() {
       last_error_.clear();
       if (!(*read == current_)) {
         current_ = std::move(read).value();
-        if (kind_ == auth::SecretKind::kPeer) {
-          node_.SetPeerSecrets(current_);
+        const std::optional<std::string> refused = kind_ == auth::SecretKind::kPeer
+                                                       ? node_.SetPeerSecrets(current_)
+                                                       : node_.SetSecrets(current_);
+        if (refused) {
+          std::fprintf(stderr, "limiterd: %s: %s (keeping the last secrets)\n", path_.c_str(),
+                       refused->c_str());
         } else {
-          node_.SetSecrets(current_);
+          std::fprintf(stderr, "limiterd: %s reloaded from %s (%zu accepted)\n",
+                       std::string(auth::SecretKindName(kind_)).c_str(), path_.c_str(),
+                       current_.values.size());
         }
-        std::fprintf(stderr, "limiterd: %s reloaded from %s (%zu accepted)\n",
-                     std::string(auth::SecretKindName(kind_)).c_str(), path_.c_str(),
-                     current_.values.size());
       }
     }
     lock.lock();

@@ -292,6 +292,18 @@ TEST_F(Roles, ARemovedSecretEndsTheSessionsThatProvedIt) {
   EXPECT_TRUE(Peer("b:1").session.peer);  // the current one still opens
 }
 
+TEST_F(Roles, ARotationThatWouldMakeAGatewayAPeerIsRefused) {
+  const std::optional<std::string> peer = node_->SetPeerSecrets(auth::Secrets{{kGateway}});
+  ASSERT_TRUE(peer.has_value());
+  EXPECT_NE(peer->find("also a gateway secret"), std::string::npos) << *peer;
+  const std::optional<std::string> gateway = node_->SetSecrets(auth::Secrets{{kNextPeer}});
+  ASSERT_TRUE(gateway.has_value());
+  // The node keeps what it had.
+  EXPECT_TRUE(Peer("b:1").session.peer);
+  EXPECT_FALSE(Gateway().session.peer);
+  EXPECT_NE(Refusal(ClientHandshake::ForPeer(kGateway, kGateway, "b:1", "a:1")), "");
+}
+
 TEST_F(Roles, TheAdminTokenIsThePeerSecretsOnly) {
   EXPECT_TRUE(node_->AdminTokenValid(auth::AdminToken(kPeer)));
   EXPECT_TRUE(node_->AdminTokenValid(auth::AdminToken(kNextPeer)));
