@@ -97,6 +97,10 @@ for i in 1 2 3; do
   if grep -q 'left the cluster' <<<"$node_log"; then
     fail "node $i left the cluster after the refused drains: $node_log"
   fi
+  # The nodes read the key-id seed of their own (limiterd warns when it derives one).
+  if grep -q 'no key-id seed' <<<"$node_log"; then
+    fail "node $i has no key-id seed: $node_log"
+  fi
 done
 
 # Each node has a data dir of its own (tenant_daily is durable): a volume per container, each
