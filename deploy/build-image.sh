@@ -2,8 +2,10 @@
 # Builds the limiter image (localhost/limiter:dev) with podman on a Debian 12 machine with no
 # registry: installs podman and friends, makes the base image with debootstrap once
 # (localhost/debian:bookworm, cached), configures podman (runc, ulimits), then builds the
-# repo's Dockerfile. Idempotent; run as root. Also creates deploy/compose-secret, the compose
-# stack's cluster secret, when it is missing (git-ignored by deploy/.gitignore).
+# repo's Dockerfile. Idempotent; run as root. Also creates the compose stack's credentials when
+# they are missing (git-ignored by deploy/.gitignore): deploy/compose-secret, the gateway
+# secret, and deploy/compose-peer-secret and deploy/compose-key-seed, the peer secret and the
+# key-id seed, which docker-compose.yml gives the nodes only.
 #   deploy/build-image.sh            IMAGE=... BASE_IMAGE=... to change the names
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,14 +61,25 @@ if ! podman image exists "$BASE_IMAGE"; then
   trap - EXIT
 fi
 
-if [ ! -s deploy/compose-secret ]; then
-  log "writing deploy/compose-secret (a new cluster secret for the compose stack)"
-  (umask 022; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > deploy/compose-secret)
-  echo >> deploy/compose-secret
+# new_credential FILE WHAT: 32 random bytes in hex on one line, unless FILE has one already.
+# The key-id seed is made once and kept: a new one would change every key id (the nodes' durable
+# keys would start fresh).
+new_credential() {
+  [ -s "$1" ] && return 0
+  log "writing $1 ($2 for the compose stack)"
+  (umask 022; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1"; echo >> "$1")
+}
+new_credential deploy/compose-secret "a new gateway secret"
+new_credential deploy/compose-peer-secret "a new peer secret"
+new_credential deploy/compose-key-seed "a new key-id seed"
+if cmp -s deploy/compose-secret deploy/compose-peer-secret; then
+  log "deploy/compose-peer-secret is the gateway secret (deploy/compose-secret): limiterd refuses that; remove it and run again"
+  exit 1
 fi
-# Bind-mounted as a compose secret, it is read inside by uid 65532: readable by all (a local
-# stack's secret; a real deployment mounts its own with the right owner).
-chmod 644 deploy/compose-secret
+# Bind-mounted as compose secrets, they are read inside by uid 65532: readable by all (a local
+# stack's; a real deployment mounts its own with the right owner). Each container sees only
+# the secrets its service lists.
+chmod 644 deploy/compose-secret deploy/compose-peer-secret deploy/compose-key-seed
 
 # --format docker keeps the HEALTHCHECK (the OCI format has none).
 start=$(date +%s)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The compose stack end to end, as a test: builds the image (deploy/build-image.sh), brings up
-# three nodes and the gateway, checks that each node has a data dir of its own, checks through
-# the client library (limiterctl check --cluster) and through the gateway, restarts a node
-# under load (it keeps its data dir), and tears everything down, leaving nothing running and
-# no volume behind. Exits non-zero with a message at the first step that does not hold.
+# three nodes and the gateway, checks that each node has a data dir of its own, that the
+# gateway, which holds the gateway secret alone, cannot drain a node, checks through the client
+# library (limiterctl check --cluster) and through the gateway, restarts a node under load (it
+# keeps its data dir), and tears everything down, leaving nothing running and no volume behind.
+# Exits non-zero with a message at the first step that does not hold.
 #   deploy/stack-test.sh        GATEWAY_PORT (default 18080) is the host port of the gateway
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,53 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 [ "$nodes" -eq 3 ] || fail "after 30 s, $nodes of 3 nodes have the ring: $ring"
+
+# The gateway holds the gateway secret alone, so it cannot drain a node: limiterctl drain has
+# no peer secret to make the admin token from, the gateway secret in its place makes a token the
+# node refuses (403), and no token at all is refused too (401). The node keeps serving.
+in_gateway 'test -s /run/secrets/limiter_secret && ! test -e /run/secrets/limiter_peer_secret &&
+  ! test -e /run/secrets/limiter_key_seed' ||
+  fail "the gateway container does not hold the gateway secret alone"
+node_ip=$(in_gateway 'read -r ip _ < <(getent ahostsv4 limiterd) && echo "$ip"') ||
+  fail "the gateway cannot resolve limiterd"
+# admin_status METHOD PATH: the status code of node_ip's admin port, asked from the gateway
+# ("" without an answer).
+admin_status() {
+  in_gateway "exec 3<>/dev/tcp/$node_ip/7451 && printf '$1 $2 HTTP/1.0\r\nContent-Length: 0\r\n\r\n' >&3 &&
+    read -r _ code _ <&3 && echo \$code" 2>/dev/null || true
+}
+if out=$(in_gateway "limiterctl drain --admin $node_ip:7451" 2>&1); then
+  fail "limiterctl drain without a peer secret drained $node_ip: $out"
+fi
+grep -q 'no peer secret' <<<"$out" || fail "limiterctl drain without a peer secret: $out"
+if out=$(in_gateway "limiterctl drain --admin $node_ip:7451 --peer-secret-file /run/secrets/limiter_secret" 2>&1); then
+  fail "the gateway secret drained $node_ip: $out"
+fi
+grep -q 'answered 403' <<<"$out" || fail "the gateway secret's token was not refused with 403: $out"
+code=$(admin_status POST /drain)
+[ "$code" = 401 ] || fail "POST /drain without a token answered '$code', not 401"
+log "the gateway cannot drain node $node_ip (no peer secret; its own secret's token: 403; none: 401)"
+# A drain makes the node unready at once; a node still taking the keys handed to it at its join
+# is unready for a while (at most handoff_deadline).
+for _ in $(seq 50); do
+  code=$(admin_status GET /readyz)
+  [ "$code" = 200 ] && break
+  sleep 0.2
+done
+[ "$code" = 200 ] || fail "node $node_ip is not ready after the refused drains (/readyz '$code')"
+ring=$(in_gateway "limiterctl ring --json --secret-file /run/secrets/limiter_secret --cluster $members")
+nodes=$(grep -o '"state":"ok"' <<<"$ring" | wc -l)
+[ "$nodes" -eq 3 ] || fail "after the refused drains, $nodes of 3 nodes have the ring: $ring"
+for i in 1 2 3; do
+  node_log=$(podman logs "${PROJECT}_limiterd_$i" 2>&1)
+  if grep -q 'left the cluster' <<<"$node_log"; then
+    fail "node $i left the cluster after the refused drains: $node_log"
+  fi
+  # The nodes read the key-id seed of their own (limiterd warns when it derives one).
+  if grep -q 'no key-id seed' <<<"$node_log"; then
+    fail "node $i has no key-id seed: $node_log"
+  fi
+done
 
 # Each node has a data dir of its own (tenant_daily is durable): a volume per container, each
 # holding a RocksDB database (its IDENTITY is made once, when the database is created).

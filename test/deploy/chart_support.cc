@@ -91,16 +91,24 @@ Output Template(const std::vector<std::string>& extra) {
   return Helm(args);
 }
 
+const std::vector<std::string> kSecrets = {"--set", std::string("secret.value=") + kSecret,
+                                           "--set", std::string("secret.peerValue=") + kPeerSecret,
+                                           "--set", std::string("secret.keySeedValue=") + kKeySeed};
+
 Output TemplateWithSecret(std::vector<std::string> extra) {
-  extra.insert(extra.begin(), {"--set", std::string("secret.value=") + kSecret});
+  extra.insert(extra.begin(), kSecrets.begin(), kSecrets.end());
   return Template(extra);
 }
 
-const std::vector<std::string> kAllOn = {
-    "--set", std::string("secret.value=") + kSecret, "--set", "tls.enabled=true",
-    "--set", "tls.secretName=limiter-tls", "--set", "serviceMonitor.enabled=true",
-    "--set", "bench.enabled=true", "--set", "bench.parallelism=3",
-    "--set", "bench.outputClaim=limiter-bench-out"};
+const std::vector<std::string> kAllOn = {"--set", std::string("secret.value=") + kSecret,
+                                         "--set", std::string("secret.peerValue=") + kPeerSecret,
+                                         "--set", std::string("secret.keySeedValue=") + kKeySeed,
+                                         "--set", "tls.enabled=true",
+                                         "--set", "tls.secretName=limiter-tls",
+                                         "--set", "serviceMonitor.enabled=true",
+                                         "--set", "bench.enabled=true",
+                                         "--set", "bench.parallelism=3",
+                                         "--set", "bench.outputClaim=limiter-bench-out"};
 
 Manifests Manifests::Parse(const std::string& text) {
   Manifests m;
@@ -207,6 +215,59 @@ std::string SecretKeyFor(const YAML::Node& volume, const std::string& file) {
   }
   ADD_FAILURE() << "secret volume " << volume["name"] << " holds no file " << file;
   return {};
+}
+
+std::vector<std::string> MountedSecretKeys(const YAML::Node& pod_spec) {
+  std::vector<std::string> keys;
+  for (const YAML::Node& v : pod_spec["volumes"]) {
+    std::vector<YAML::Node> sources;
+    if (v["secret"]) sources.push_back(v["secret"]);
+    if (v["projected"] && v["projected"]["sources"]) {
+      for (const YAML::Node& p : v["projected"]["sources"]) {
+        if (p["secret"]) sources.push_back(p["secret"]);
+      }
+    }
+    for (const YAML::Node& secret : sources) {
+      const std::string name =
+          secret[secret["secretName"] ? "secretName" : "name"].as<std::string>();
+      if (!secret["items"]) {
+        keys.push_back(name + "/*");
+        continue;
+      }
+      for (const YAML::Node& item : secret["items"]) {
+        keys.push_back(name + "/" + item["key"].as<std::string>());
+      }
+    }
+  }
+  return keys;
+}
+
+std::string Base64Decode(const std::string& text) {
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t bits = 0;
+  int held = 0;
+  size_t end = text.size();
+  while (end > 0 && text[end - 1] == '=') --end;
+  if (text.size() % 4 != 0 || text.size() - end > 2) {
+    ADD_FAILURE() << "not base64: " << text;
+    return {};
+  }
+  for (size_t i = 0; i < end; ++i) {
+    const size_t v = kAlphabet.find(text[i]);
+    if (v == std::string::npos) {
+      ADD_FAILURE() << "not base64: " << text;
+      return {};
+    }
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    held += 6;
+    if (held >= 8) {
+      held -= 8;
+      out.push_back(static_cast<char>((bits >> held) & 0xff));
+    }
+  }
+  return out;
 }
 
 std::string Dir(const std::string& path) { return fs::path(path).parent_path().string(); }

@@ -20,8 +20,14 @@ namespace limiter::chart {
 namespace fs = std::filesystem;
 
 extern const std::string kChartDir;  // helm/ in the checkout
+// The three credentials the renders are given as values: the gateway secret, the peer secret
+// and the key-id seed.
 inline constexpr char kSecret[] = "0123456789abcdef0123456789abcdef";
+inline constexpr char kPeerSecret[] = "peer-0123456789abcdef0123456789";
+inline constexpr char kKeySeed[] = "seed-0123456789abcdef0123456789";
 inline constexpr char kNamespace[] = "ns";
+// --set arguments giving all three as values (secret.value, peerValue, keySeedValue).
+extern const std::vector<std::string> kSecrets;
 // --set arguments turning on TLS, the ServiceMonitor and the bench Job.
 extern const std::vector<std::string> kAllOn;
 
@@ -44,14 +50,15 @@ void IsolateHelm();
 Output Helm(std::vector<std::string> args);
 // `helm template t helm/ --namespace ns` with the given extra arguments.
 Output Template(const std::vector<std::string>& extra);
-// The same with the cluster secret set (secret.value=kSecret), as every render but the
-// secret's own tests needs.
+// The same with the three credentials set (kSecrets), as every render but the credentials'
+// own tests needs.
 Output TemplateWithSecret(std::vector<std::string> extra);
 
 // The rendered objects, by kind and name.
 class Manifests {
  public:
   static Manifests Parse(const std::string& text);
+  const std::vector<YAML::Node>& All() const { return docs_; }
   std::vector<YAML::Node> OfKind(const std::string& kind) const;
   // The only object of a kind (an empty node, and a test failure, when not exactly one).
   YAML::Node One(const std::string& kind) const;
@@ -76,6 +83,11 @@ YAML::Node VolumeMountedAt(const YAML::Node& pod_spec, const YAML::Node& contain
                            const std::string& dir);
 // The key of a secret volume that appears as `file` in its directory.
 std::string SecretKeyFor(const YAML::Node& volume, const std::string& file);
+// The keys of Secrets a pod spec's volumes mount, as "SECRET/KEY" ("SECRET/*" for a volume
+// that mounts every key of its Secret).
+std::vector<std::string> MountedSecretKeys(const YAML::Node& pod_spec);
+// RFC 4648 base64, as Secrets' data holds it ("" and a test failure when malformed).
+std::string Base64Decode(const std::string& text);
 std::string Dir(const std::string& path);
 std::string Base(const std::string& path);
 

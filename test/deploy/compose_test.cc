@@ -1,11 +1,17 @@
 // docker-compose.yml: not the chart, but a deployment all the same (no helm needed). Its nodes'
-// stop_grace_period holds their hand-off, and each of its replicas has a data dir of its own.
+// stop_grace_period holds their hand-off, each of its replicas has a data dir of its own, and
+// only the nodes hold the peer secret and the key-id seed: the gateway and the bench get the
+// gateway secret alone.
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +91,98 @@ TEST(Compose, EachNodeHasADataDirOfItsOwn) {
   Result<NodeConfig> standalone = LoadNodeConfig((root / "deploy/limiterd.yaml").string());
   ASSERT_TRUE(standalone) << standalone.error();
   EXPECT_EQ(standalone->durable.data_dir, data_dir);
+}
+
+// The compose secrets a service lists (short syntax, or the long one's `source`).
+std::vector<std::string> SecretsOf(const YAML::Node& service) {
+  std::vector<std::string> names;
+  if (!service["secrets"]) return names;
+  for (const YAML::Node& s : service["secrets"]) {
+    names.push_back(s.IsMap() ? s["source"].as<std::string>() : s.as<std::string>());
+  }
+  return names;
+}
+
+// A file's text ("" when it cannot be read).
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The nodes' config reads each of its three credentials from a compose secret the nodes list,
+// three different ones, each a git-ignored file deploy/build-image.sh makes. The gateway and
+// the bench list the gateway secret alone and read it from there.
+TEST(Compose, OnlyTheNodesHoldThePeerSecretAndTheKeySeed) {
+  ComposeNode node;
+  ASSERT_NO_FATAL_FAILURE(LoadComposeNode(&node));
+  const fs::path root = testing::SourceDir();
+  const YAML::Node compose = YAML::LoadFile((root / "docker-compose.yml").string());
+  Result<NodeConfig> config = LoadNodeConfig(node.config_file.string());
+  ASSERT_TRUE(config) << config.error();
+
+  // /run/secrets/NAME: where compose mounts the secret NAME.
+  auto secret_named = [](const std::string& file) {
+    const std::string prefix = "/run/secrets/";
+    EXPECT_EQ(file.rfind(prefix, 0), 0u) << file << " is not a compose secret";
+    return file.rfind(prefix, 0) == 0 ? file.substr(prefix.size()) : std::string();
+  };
+  const std::string gateway_secret = secret_named(config->secret_file);
+  const std::string peer_secret = secret_named(config->peer_secret_file);
+  const std::string key_seed = secret_named(config->key_seed_file);
+  ASSERT_FALSE(gateway_secret.empty() || peer_secret.empty() || key_seed.empty())
+      << "the nodes' config lacks secret_file, peer_secret_file or key_seed_file";
+  EXPECT_EQ(std::set<std::string>({gateway_secret, peer_secret, key_seed}).size(), 3u);
+  const std::vector<std::string> node_secrets = SecretsOf(node.service);
+  for (const std::string& name : {gateway_secret, peer_secret, key_seed}) {
+    EXPECT_NE(std::find(node_secrets.begin(), node_secrets.end(), name), node_secrets.end())
+        << "the nodes do not list the secret " << name;
+  }
+
+  // Each a file of its own, made by build-image.sh and kept out of git.
+  const std::string build_image = ReadText(root / "deploy/build-image.sh");
+  const std::string ignored = ReadText(root / "deploy/.gitignore");
+  std::set<std::string> files;
+  for (const std::string& name : {gateway_secret, peer_secret, key_seed}) {
+    SCOPED_TRACE(name);
+    const std::string file = compose["secrets"][name]["file"].as<std::string>("");
+    ASSERT_EQ(file.rfind("./deploy/", 0), 0u) << "secret " << name << ": file " << file;
+    files.insert(file);
+    const std::string base = file.substr(std::string("./deploy/").size());
+    EXPECT_NE(build_image.find("deploy/" + base), std::string::npos)
+        << "deploy/build-image.sh does not make " << file;
+    EXPECT_NE(("\n" + ignored).find("\n" + base + "\n"), std::string::npos)
+        << file << " is not in deploy/.gitignore";
+  }
+  EXPECT_EQ(files.size(), 3u);
+
+  // Every other service: the gateway secret or nothing.
+  for (const auto& kv : compose["services"]) {
+    const std::string service = kv.first.as<std::string>();
+    if (service == "limiterd") continue;
+    SCOPED_TRACE(service);
+    for (const std::string& name : SecretsOf(kv.second)) EXPECT_EQ(name, gateway_secret);
+    const std::string text = YAML::Dump(kv.second);
+    for (const std::string& word : {peer_secret, key_seed, std::string("PEER_SECRET"),
+                                    std::string("KEY_SEED"), std::string("peer-secret")}) {
+      EXPECT_EQ(text.find(word), std::string::npos) << service << " mentions " << word;
+    }
+  }
+  const YAML::Node gateway = compose["services"]["gateway"];
+  EXPECT_EQ(SecretsOf(gateway), std::vector<std::string>{gateway_secret});
+  std::string gateway_file;
+  const YAML::Node command = gateway["command"];
+  for (size_t i = 0; i + 1 < command.size(); ++i) {
+    if (command[i].as<std::string>() == "--secret-file")
+      gateway_file = command[i + 1].as<std::string>();
+  }
+  EXPECT_EQ(gateway_file, config->secret_file);
+  const YAML::Node bench = compose["services"]["bench"];
+  EXPECT_EQ(SecretsOf(bench), std::vector<std::string>{gateway_secret});
+  EXPECT_NE(YAML::Dump(bench["command"]).find("--secret-file " + config->secret_file),
+            std::string::npos)
+      << YAML::Dump(bench["command"]);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // mounted where the config says, members_dns names the headless Service, and a policy change
 // rolls the pods. The rendered config and policy file are also loaded with limiterd's own
 // loaders, so a field the chart writes wrongly fails here, not in a cluster. The drain, the
-// data dir and docker-compose.yml have files of their own beside this one.
+// data dir, the credentials, the NetworkPolicy and docker-compose.yml have files of their own
+// beside this one.
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -24,8 +25,9 @@ namespace {
 TEST_F(HelmChart, LintPasses) {
   Output plain = Helm({"lint", kChartDir});
   EXPECT_EQ(plain.status, 0) << plain.out << plain.err;
-  Output strict = Helm({"lint", "--strict", kChartDir, "--set",
-                     std::string("secret.value=") + kSecret});
+  std::vector<std::string> with_secrets = {"lint", "--strict", kChartDir};
+  with_secrets.insert(with_secrets.end(), kSecrets.begin(), kSecrets.end());
+  Output strict = Helm(with_secrets);
   EXPECT_EQ(strict.status, 0) << strict.out << strict.err;
   std::vector<std::string> all = {"lint", "--strict", kChartDir};
   all.insert(all.end(), kAllOn.begin(), kAllOn.end());
@@ -36,8 +38,7 @@ TEST_F(HelmChart, LintPasses) {
 TEST_F(HelmChart, RenderingWithoutASecretFailsWithTheChartsMessage) {
   Output run = Template({});
   EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.err.find("the cluster secret is missing: set secret.existingSecret"),
-            std::string::npos)
+  EXPECT_NE(run.err.find("the gateway secret is missing: set secret.value"), std::string::npos)
       << run.err;
   Output tls = TemplateWithSecret({"--set", "tls.enabled=true"});
   EXPECT_NE(tls.status, 0);
@@ -51,6 +52,7 @@ TEST_F(HelmChart, RendersWhatItPromises) {
   EXPECT_EQ(d.OfKind("ConfigMap").size(), 2u);
   EXPECT_EQ(d.OfKind("Secret").size(), 1u);
   EXPECT_EQ(d.OfKind("PodDisruptionBudget").size(), 1u);
+  EXPECT_EQ(d.OfKind("NetworkPolicy").size(), 1u);
   EXPECT_TRUE(d.OfKind("ServiceMonitor").empty());
   EXPECT_TRUE(d.OfKind("Job").empty());
   EXPECT_EQ(d.One("StatefulSet")["spec"]["replicas"].as<int>(), 3);
@@ -214,49 +216,6 @@ TEST_F(HelmChart, MembersDnsNamesTheHeadlessService) {
   }
 }
 
-TEST_F(HelmChart, SecretIsMountedWhereSecretFilePoints) {
-  for (const auto& [what, m] : Both()) {
-    SCOPED_TRACE(what);
-    const NodeConfigView v = View(m);
-    const std::string secret_file = v.config["secret_file"].as<std::string>();
-    const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(secret_file));
-    ASSERT_TRUE(volume["secret"].IsDefined()) << "not a secret volume: " << volume;
-    const YAML::Node secret =
-        m.Named("Secret", volume["secret"]["secretName"].as<std::string>());
-    EXPECT_TRUE(secret["data"][SecretKeyFor(volume, Base(secret_file))].IsDefined())
-        << "the Secret has no key for " << secret_file;
-    for (const YAML::Node& mount : v.container["volumeMounts"]) {
-      // All read-only but the data dir, the one place a node writes.
-      EXPECT_EQ(mount["readOnly"].as<bool>(false),
-                mount["mountPath"].as<std::string>() != v.config["data_dir"].as<std::string>(""))
-          << mount;
-      EXPECT_FALSE(mount["subPath"].IsDefined()) << "a subPath mount never sees a rotation";
-    }
-    // The bench reads the secret the same way.
-    for (const YAML::Node& job : m.OfKind("Job")) {
-      const YAML::Node spec = job["spec"]["template"]["spec"];
-      const std::string file = ArgAfter(spec["containers"][0], "--secret-file");
-      const YAML::Node bench_volume = VolumeMountedAt(spec, spec["containers"][0], Dir(file));
-      EXPECT_EQ(bench_volume["secret"]["secretName"].as<std::string>(),
-                volume["secret"]["secretName"].as<std::string>());
-      EXPECT_EQ(SecretKeyFor(bench_volume, Base(file)), SecretKeyFor(volume, Base(secret_file)));
-    }
-  }
-}
-
-TEST_F(HelmChart, AnExistingSecretIsUsedAndNoneIsCreated) {
-  Output run = Template({"--set", "secret.existingSecret=mine", "--set",
-                      "secret.existingSecretKey=cluster-secret"});
-  ASSERT_EQ(run.status, 0) << run.err;
-  const Manifests m = Manifests::Parse(run.out);
-  EXPECT_TRUE(m.OfKind("Secret").empty());
-  const NodeConfigView v = View(m);
-  const std::string secret_file = v.config["secret_file"].as<std::string>();
-  const YAML::Node volume = VolumeMountedAt(v.pod_spec, v.container, Dir(secret_file));
-  EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "mine");
-  EXPECT_EQ(SecretKeyFor(volume, Base(secret_file)), "cluster-secret");
-}
-
 TEST_F(HelmChart, TlsFilesAreMountedWhereTheConfigPoints) {
   const Manifests m = AllOn();
   const NodeConfigView v = View(m);
@@ -268,6 +227,26 @@ TEST_F(HelmChart, TlsFilesAreMountedWhereTheConfigPoints) {
     EXPECT_FALSE(SecretKeyFor(volume, Base(file)).empty()) << field;
   }
   EXPECT_FALSE(View(Default()).config["tls"].IsDefined());
+  EXPECT_FALSE(v.config["tls"]["peer_ca"].IsDefined());
+
+  // A CA of node certificates only (tls.peer_ca), from a Secret of its own.
+  Output peer_ca =
+      TemplateWithSecret({"--set", "tls.enabled=true", "--set", "tls.secretName=limiter-tls",
+                          "--set", "tls.peerCaSecretName=limiter-peer-ca"});
+  ASSERT_EQ(peer_ca.status, 0) << peer_ca.err;
+  const NodeConfigView p = View(Manifests::Parse(peer_ca.out));
+  const std::string file = p.config["tls"]["peer_ca"].as<std::string>("");
+  ASSERT_FALSE(file.empty()) << p.config["tls"];
+  const YAML::Node volume = VolumeMountedAt(p.pod_spec, p.container, Dir(file));
+  EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "limiter-peer-ca");
+  EXPECT_EQ(SecretKeyFor(volume, Base(file)), "ca.crt");
+  Result<NodeConfig> config = LoadRendered(p, "peer-ca");
+  ASSERT_TRUE(config) << config.error();
+  EXPECT_EQ(config->server.tls.peer_ca_file, file);
+  Output without_tls = TemplateWithSecret({"--set", "tls.peerCaSecretName=limiter-peer-ca"});
+  EXPECT_NE(without_tls.status, 0);
+  EXPECT_NE(without_tls.err.find("tls.peerCaSecretName needs tls.enabled"), std::string::npos)
+      << without_tls.err;
 }
 
 TEST_F(HelmChart, ChecksumAnnotationFollowsThePolicies) {
@@ -329,6 +308,8 @@ TEST_F(HelmChart, RenderedConfigLoadsInLimiterd) {
     EXPECT_EQ(config->server.admin, "0.0.0.0:7451");
     EXPECT_EQ(config->server.members_dns, v.config["members_dns"].as<std::string>());
     EXPECT_EQ(config->secret_file, "/var/run/limiter/secret/secret");
+    EXPECT_EQ(config->peer_secret_file, "/var/run/limiter/peer-secret/peer-secret");
+    EXPECT_EQ(config->key_seed_file, "/var/run/limiter/key-seed/key-seed");
     EXPECT_EQ(config->server.threads, 2);
     EXPECT_EQ(config->server.idle_timeout_ms, 60'000);
     EXPECT_EQ(config->server.frame_timeout_ms, 10'000);

@@ -105,8 +105,10 @@ TEST_F(HelmChart, DataDirIsAClaimPerPodWithPersistence) {
     ASSERT_TRUE(config) << config.error();
     EXPECT_EQ(config->durable.data_dir, data_dir);
   }
-  Output lint = Helm({"lint", "--strict", kChartDir, "--set",
-                      std::string("secret.value=") + kSecret, "--set", "persistence.enabled=true"});
+  std::vector<std::string> args = {"lint", "--strict", kChartDir, "--set",
+                                   "persistence.enabled=true"};
+  args.insert(args.end(), kSecrets.begin(), kSecrets.end());
+  Output lint = Helm(args);
   EXPECT_EQ(lint.status, 0) << lint.out << lint.err;
 }
 

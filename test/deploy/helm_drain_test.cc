@@ -1,6 +1,7 @@
 // The drain on the way out, as the chart sets it up: handoff_deadline in the node config, a
 // termination grace period that holds it (rendering fails when it cannot), and the preStop
-// hook, whose script is run by bash against a stand-in for the node's admin port.
+// hook, whose script is run by bash against a stand-in for the node's admin port, with this
+// build's limiterctl making the admin token from the peer secret.
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -10,18 +11,23 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "test/deploy/chart_support.h"
+#include "common/auth.h"
 #include "common/duration.h"
+#include "test/deploy/chart_support.h"
+#include "test/support/build_paths.h"
 
 namespace limiter::chart {
 namespace {
@@ -172,13 +178,18 @@ TEST_F(HelmChart, PreStopHookDrainsThroughTheProbesAdminPort) {
     }
     // Kubernetes' $(VAR) syntax stays out of the hook.
     EXPECT_EQ(script.find("$("), std::string::npos) << script;
+    // The admin token comes from the peer secret the nodes mount.
+    EXPECT_NE(script.find("limiterctl admin-token --peer-secret-file " +
+                          v.config["peer_secret_file"].as<std::string>("?")),
+              std::string::npos)
+        << script;
   }
 }
 
 // A stand-in for limiterd's admin port on 127.0.0.1 (any free port): POST /drain answers
 // `drain_status`; GET /healthz answers 200 `healthy` times (forever when not positive), and then
-// the port closes, as when the node has handed its keys over and exited. Every request line
-// is recorded.
+// the port closes, as when the node has handed its keys over and exited. Every request is
+// recorded: its line, and its Authorization header ("" without one).
 class FakeAdminPort {
  public:
   FakeAdminPort(int drain_status, int healthy) : drain_status_(drain_status), healthy_(healthy) {
@@ -206,6 +217,10 @@ class FakeAdminPort {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  std::vector<std::string> authorizations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return authorizations_;
+  }
 
  private:
   void Serve() {
@@ -225,9 +240,16 @@ class FakeAdminPort {
         request.append(buffer, static_cast<size_t>(n));
       }
       const std::string line = request.substr(0, request.find("\r\n"));
+      std::string authorization;
+      const std::string header = "\r\nAuthorization: ";
+      if (const size_t at = request.find(header); at != std::string::npos) {
+        const size_t from = at + header.size();
+        authorization = request.substr(from, request.find("\r\n", from) - from);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         requests_.push_back(line);
+        authorizations_.push_back(authorization);
       }
       std::string reply;
       if (line.rfind("POST /drain ", 0) == 0) {
@@ -257,6 +279,7 @@ class FakeAdminPort {
   std::thread thread_;
   std::mutex mu_;
   std::vector<std::string> requests_;
+  std::vector<std::string> authorizations_;
 };
 
 struct HookRun {
@@ -264,18 +287,38 @@ struct HookRun {
   double seconds = 0;
 };
 
-// The preStop hook rendered for an admin port of `port` (and `extra` values), run by bash.
-HookRun RunPreStopHook(int port, const std::vector<std::string>& extra = {}) {
+// The peer secret the hook's limiterctl reads, and the admin token it must send.
+constexpr char kHookPeerSecret[] = "hook-peer-0123456789abcdef01234567";
+
+// The preStop hook rendered for an admin port of `port` (and `extra` values), run by bash with
+// this build's limiterctl first on PATH and the peer secret's file, which the script names as
+// mounted, moved to a file of the test's own holding `peer_secret` ("": no such file).
+HookRun RunPreStopHook(int port, const std::vector<std::string>& extra = {},
+                       const std::string& peer_secret = kHookPeerSecret) {
   std::vector<std::string> args = {"--set", "ports.admin=" + std::to_string(port)};
   args.insert(args.end(), extra.begin(), extra.end());
   Output rendered = TemplateWithSecret(args);
   EXPECT_EQ(rendered.status, 0) << rendered.err;
   if (rendered.status != 0) return {};
-  const std::string script = PreStopScript(View(Manifests::Parse(rendered.out)).container);
+  const NodeConfigView v = View(Manifests::Parse(rendered.out));
+  std::string script = PreStopScript(v.container);
+  const std::string mounted = v.config["peer_secret_file"].as<std::string>("");
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("limiter_prestop_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path peer_file = dir / "peer-secret";
+  fs::remove(peer_file);
+  if (!peer_secret.empty()) std::ofstream(peer_file) << peer_secret << "\n";
+  const size_t at = mounted.empty() ? std::string::npos : script.find(mounted);
+  EXPECT_NE(at, std::string::npos) << "the hook does not read " << mounted << ": " << script;
+  if (at != std::string::npos) script.replace(at, mounted.size(), peer_file.string());
+  const char* path = std::getenv("PATH");
+  const std::string search = Dir(testing::LimiterctlBin()) + ":" + (path ? path : "/usr/bin:/bin");
   const auto start = std::chrono::steady_clock::now();
   HookRun run;
-  run.output = RunProgram({"/bin/bash", "-c", script});
+  run.output = RunProgram({"/usr/bin/env", "PATH=" + search, "/bin/bash", "-c", script});
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fs::remove_all(dir);
   return run;
 }
 
@@ -286,6 +329,10 @@ TEST_F(HelmChart, PreStopHookPostsDrainAndWaitsUntilTheNodeHasExited) {
   EXPECT_EQ(admin.requests(),
             (std::vector<std::string>{"POST /drain HTTP/1.0", "GET /healthz HTTP/1.0",
                                       "GET /healthz HTTP/1.0", "GET /healthz HTTP/1.0"}));
+  // The drain carries the peer secret's admin token; the probes of /healthz carry none.
+  const std::string token = auth::AdminToken(kHookPeerSecret);
+  ASSERT_FALSE(token.empty());
+  EXPECT_EQ(admin.authorizations(), (std::vector<std::string>{"Bearer " + token, "", "", ""}));
   // Three rounds of half a second, then the refused connection ends it.
   EXPECT_LT(run.seconds, 5.0);
 }
@@ -308,6 +355,33 @@ TEST_F(HelmChart, PreStopHookLeavesANodeWithoutDrainToTheSigterm) {
   EXPECT_EQ(run.output.status, 0) << run.output.out << run.output.err;
   EXPECT_EQ(admin.requests(), (std::vector<std::string>{"POST /drain HTTP/1.0"}));
   EXPECT_LT(run.seconds, 2.0);
+}
+
+// A node that refuses the drain (401: no token; 403: a token of another peer secret) gets
+// what any answer but 202 gets: the hook ends at once, and the SIGTERM that follows starts
+// the same leave.
+TEST_F(HelmChart, PreStopHookLeavesARefusedDrainToTheSigterm) {
+  for (const int status : {401, 403}) {
+    SCOPED_TRACE(status);
+    FakeAdminPort admin(status, -1);
+    const HookRun run = RunPreStopHook(admin.port());
+    EXPECT_EQ(run.output.status, 0) << run.output.out << run.output.err;
+    EXPECT_EQ(admin.requests(), (std::vector<std::string>{"POST /drain HTTP/1.0"}));
+    EXPECT_EQ(admin.authorizations(),
+              (std::vector<std::string>{"Bearer " + auth::AdminToken(kHookPeerSecret)}));
+    EXPECT_LT(run.seconds, 2.0);
+  }
+}
+
+// Without the peer secret's file limiterctl makes no token: the hook still asks, without an
+// Authorization header (the node answers 401), and leaves the stop to the SIGTERM.
+TEST_F(HelmChart, PreStopHookWithoutAPeerSecretAsksWithoutAToken) {
+  FakeAdminPort admin(401, -1);
+  const HookRun run = RunPreStopHook(admin.port(), {}, "");
+  EXPECT_EQ(run.output.status, 0) << run.output.out << run.output.err;
+  EXPECT_EQ(admin.requests(), (std::vector<std::string>{"POST /drain HTTP/1.0"}));
+  EXPECT_EQ(admin.authorizations(), std::vector<std::string>{""});
+  EXPECT_NE(run.output.err.find("limiterctl admin-token"), std::string::npos) << run.output.err;
 }
 
 }  // namespace

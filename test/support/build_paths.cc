@@ -15,5 +15,6 @@ std::string LimiterdBin() { return LIMITERD_BIN; }
 std::string GatewayBin() { return LIMITER_GATEWAY_BIN; }
 std::string BillingGatewayBin() { return BILLING_GATEWAY_BIN; }
 std::string LimiterBenchBin() { return LIMITER_BENCH_BIN; }
+std::string LimiterctlBin() { return LIMITERCTL_BIN; }
 
 }  // namespace limiter::testing

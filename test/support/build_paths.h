@@ -18,5 +18,6 @@ std::string LimiterdBin();
 std::string GatewayBin();
 std::string BillingGatewayBin();
 std::string LimiterBenchBin();
+std::string LimiterctlBin();
 
 }  // namespace limiter::testing
