@@ -319,10 +319,14 @@ int main(int argc, char** argv) {
   hiccups->add_option("--stall-us", hiccup_o.stall_us, "Count wake-ups at least this late")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{60'000'000}));
 
-  std::string secret_file;
+  std::string secret_file, peer_secret_file;
   app.add_option("--secret-file", secret_file,
-                 "The cluster secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET); "
+                 "The gateway secret's file (else $LIMITER_SECRET_FILE or $LIMITER_SECRET); "
                  "local nodes and gateways get it too");
+  app.add_option("--peer-secret-file", peer_secret_file,
+                 "The peer secret's file for the local nodes it starts (else "
+                 "$LIMITER_PEER_SECRET_FILE or $LIMITER_PEER_SECRET; without one, and with a "
+                 "gateway secret, its local nodes get a random peer secret of their own)");
   limiter::TlsOptions tls;
   app.add_option("--tls-ca", tls.ca_file, "TLS to the nodes (given by --server): their CA file");
   app.add_option("--tls-cert", tls.cert_file, "TLS: this client's certificate (mutual TLS)");
@@ -338,6 +342,8 @@ int main(int argc, char** argv) {
   if (hiccups->parsed()) return limiter::bench::RunHiccups(hiccup_o, std::cout, std::cerr);
   // Through the environment: the nodes it starts and the client library read it there.
   if (!secret_file.empty()) ::setenv("LIMITER_SECRET_FILE", secret_file.c_str(), 1);
+  if (!peer_secret_file.empty()) ::setenv("LIMITER_PEER_SECRET_FILE", peer_secret_file.c_str(), 1);
+  limiter::bench::GivePeerSecretToLocalNodes();
   limiter::Result<limiter::NodeAccess> access = limiter::LoadNodeAccess("", tls);
   if (!access) {
     std::cerr << "limiter-bench: " << access.error() << '\n';

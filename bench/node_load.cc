@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/auth.h"
 #include "common/frame_codec.h"
 #include "common/read_file.h"
 #include "common/wire.h"
@@ -232,6 +234,23 @@ bool ApplyNodeStat(NodeStats& stats, std::string_view name, int64_t value) {
     return false;
   }
   return true;
+}
+
+void GivePeerSecretToLocalNodes() {
+  const auto set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  if (!set("LIMITER_SECRET_FILE") && !set("LIMITER_SECRET")) return;
+  if (set("LIMITER_PEER_SECRET_FILE") || set("LIMITER_PEER_SECRET")) return;
+  const auth::Nonce random = auth::RandomNonce();
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : random) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  ::setenv("LIMITER_PEER_SECRET", hex.c_str(), 1);
 }
 
 namespace {

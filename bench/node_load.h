@@ -114,6 +114,13 @@ struct LocalNode {
   std::unique_ptr<CpuBudget> budget;  // destroyed first: the process is still there to move
 };
 
+// The local nodes a run starts take their secrets from the environment, as limiterd does. A
+// cluster of them with a gateway secret needs a peer secret too (limiterd refuses to start
+// otherwise): when the environment holds a gateway secret and no peer secret, this sets
+// $LIMITER_PEER_SECRET to a random one, which only those nodes see. Call it once, before
+// starting nodes or threads.
+void GivePeerSecretToLocalNodes();
+
 struct LocalNodeOptions {
   std::string program;   // the limiterd binary
   std::string policies;  // policy file
