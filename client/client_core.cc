@@ -33,6 +33,7 @@ ClientCore::ClientCore(PolicySet policies, std::vector<std::string> members, Sch
                {options.down_after_misses, options.probe_first_us, options.probe_max_us},
                SeedOr(options.seed)),
       buckets_(policies_, {options.gateways, options.deadline_us}, counters_),
+      splits_(SeedOr(options.seed)),
       fallbacks_(policies_, options.gateways, options.probe_max_us / 1000,
                  options.max_billing_debts, scheduler, counters_) {}
 
@@ -111,26 +112,26 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   }
   scheduler_.Post([this, req = Own(r), done = std::make_shared<Done>(std::move(done)),
                    target = std::move(target)]() mutable {
-    StartCheck(req, done, 0, scheduler_.NowUs() + options_.deadline_us, std::move(target));
+    StartCheck(req, done, CallTries{}, scheduler_.NowUs() + options_.deadline_us,
+               std::move(target));
   });
 }
 
 // ----- leases -----
 
-void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
-  if (attempt > 0) Settle(id, buckets_.OnRetry(id));
+void ClientCore::StartLease(const KeyId& id, CallTries tries, Target via) {
+  if (tries.calls > 0) Settle(id, buckets_.OnRetry(id));
   const std::optional<LeaseBuckets::Ask> ask = buckets_.NextLease(id, scheduler_.NowUs());
   if (!ask) return;
   const Policy& p = policies_.policies()[static_cast<size_t>(ask->policy)];
-  SubBucket sub = via.sub;
-  if (via.node.empty()) {
-    if (std::optional<SubBucket> picked = PickSplit(p, ask->key)) sub = *picked;
+  Target target = std::move(via);
+  if (target.node.empty()) {
+    if (std::optional<SubBucket> picked = PickSplit(p, ask->key)) target.sub = *picked;
+    target.node = OwnerFor(p, ask->key, ask->tenant, target.sub);
   }
-  const std::string owner = via.node.empty() ? OwnerFor(p, ask->key, ask->tenant, sub) : via.node;
   const int64_t wanted = ask->units;
-  if (owner.empty() || routing_.IsDown(owner)) {
-    OnLease(id, wanted, 2, sub, CallResult{CallStatus::kConnection, "owner is down", {}});
-    return;
+  if (target.node.empty() || routing_.IsDown(target.node)) {
+    return Settle(id, buckets_.OnFailed(id));  // the owner is down: the class decides
   }
   OpSpec op;
   op.kind = OpKind::kLease;
@@ -138,20 +139,28 @@ void ClientCore::StartLease(const KeyId& id, int attempt, Target via) {
   op.key = ask->key;
   op.tenant = ask->tenant;
   op.cost = wanted;
+  const SubBucket& sub = target.sub;
   op.split_k = sub.k;
   op.split_index = sub.index;
   op.split_epoch = sub.epoch;
   op.split_token = sub.token;
   op.split_token_bytes = sub.token_bytes;
+  const std::string node = target.node;
   Call(
-      owner, std::move(op), options_.deadline_us,
-      [this, id, wanted, attempt, sub](CallResult result) {
-        OnLease(id, wanted, attempt, sub, std::move(result));
-      },
+      node, std::move(op), options_.deadline_us,
+      [this, id, wanted, tries, target = std::move(target), sent_us = scheduler_.NowUs()](
+          CallResult result) { OnLease(id, wanted, tries, target, sent_us, std::move(result)); },
       [this, id, ask = *ask, sub](CallResult result) { OnLateLease(id, ask, sub, result); });
 }
 
 namespace {
+
+// How long one unit takes to come back on a bucket of L/k (k 0: the key itself), at least
+// the node's millisecond.
+int64_t OneUnitMs(const Policy& p, uint16_t k) {
+  const int64_t ways = std::max<int64_t>(k, 1);
+  return std::max<int64_t>(1, (p.rate.window_ms() * ways + p.rate.limit() - 1) / p.rate.limit());
+}
 
 LeaseBuckets::Grant GrantOf(const OpAnswer& a, int64_t wanted, const SubBucket& sub,
                             const PolicySet& policies) {
@@ -174,55 +183,88 @@ LeaseBuckets::Grant GrantOf(const OpAnswer& a, int64_t wanted, const SubBucket& 
 void ClientCore::OnLateLease(const KeyId& id, const LeaseBuckets::Ask& ask, SubBucket sub,
                              const CallResult& result) {
   if (result.status != CallStatus::kOk || result.answer.status != OpAnswer::Status::kOk) return;
-  Settle(id, buckets_.OnLateGrant(id, ask,
-                                  GrantOf(result.answer, ask.units, sub, policies_),
+  Settle(id, buckets_.OnLateGrant(id, ask, GrantOf(result.answer, ask.units, sub, policies_),
                                   scheduler_.NowUs()));
 }
 
-void ClientCore::OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub,
-                         CallResult result) {
+void ClientCore::OnLease(const KeyId& id, int64_t wanted, CallTries tries, const Target& target,
+                         int64_t sent_us, CallResult result) {
+  if (result.status != CallStatus::kOk) return Settle(id, buckets_.OnFailed(id));
   const OpAnswer& a = result.answer;
-  const bool answered = result.status == CallStatus::kOk;
+  const SubBucket& sub = target.sub;
   const int64_t now_us = scheduler_.NowUs();
-  if (answered && a.status == OpAnswer::Status::kWrongOwner && attempt == 0) {
-    if (std::optional<std::string> owner = FollowWrongOwner(a)) {
-      StartLease(id, 1, Target{*owner, sub});  // once more, to the owner its ring names
-      return;
-    }
-  }
-  if (answered && a.status == OpAnswer::Status::kSplit && attempt < 2) {
-    // The key got hot and was split: lease from one of its sub-buckets instead.
-    ClientCounters::Add(counters_.split_redirects);
-    const std::optional<std::pair<const Policy*, std::string>> bucket = buckets_.KeyOf(id);
-    if (!bucket) return;
-    splits_.Learn(*bucket->first, bucket->second, a, now_us);
-    if (a.split_valid_ms > 0) {
-      StartLease(id, attempt + 1);
-      return;
-    }
-  }
-  if (answered && a.status == OpAnswer::Status::kOk && a.granted == 0 && sub.k != 0 &&
-      attempt == 0) {
-    const std::optional<std::pair<const Policy*, std::string>> bucket = buckets_.KeyOf(id);
-    if (!bucket) return;
-    if (splits_.TryOther(*bucket->first, bucket->second)) {
-      StartLease(id, 1);  // one sub-bucket is empty: try one other before denying
-      return;
-    }
-  }
-  if (!answered) return Settle(id, buckets_.OnFailed(id));
+  ++tries.calls;
+  const bool on_other = std::exchange(tries.on_other, false);
+  // The split could not answer: the waiting requests fall back by class, counted.
+  const auto split_failed = [&] {
+    LeaseBuckets::Settled s = buckets_.OnFailed(id);
+    ClientCounters::Add(counters_.split_fallbacks, s.fallbacks.size());
+    Settle(id, std::move(s));
+  };
   switch (a.status) {
     case OpAnswer::Status::kOk:
-      return Settle(id, buckets_.OnGrant(id, GrantOf(a, wanted, sub, policies_), now_us));
-    case OpAnswer::Status::kSplit:  // split, but between views: its owner reopens it soon
-      return Settle(id, buckets_.OnRefused(id, "", a.retry_after_ms, now_us));
-    case OpAnswer::Status::kBadRequest:  // this client and the node disagree: say so
-      return Settle(id,
-                    buckets_.OnRefused(id, "the owner refused the lease: " + a.error, 0, now_us));
+      break;
+    case OpAnswer::Status::kBadRequest:
+      if (sub.k == 0) {  // this client and the node disagree: say so
+        return Settle(id,
+                      buckets_.OnRefused(id, "the owner refused the lease: " + a.error, 0, now_us));
+      }
+      [[fallthrough]];  // a sub-bucket refused this gateway's view of the split
+    case OpAnswer::Status::kSplitChanged: {
+      const std::optional<std::pair<const Policy*, std::string>> bucket = buckets_.KeyOf(id);
+      if (!bucket) return;
+      if (RefreshSplit(*bucket->first, bucket->second, sub, a, tries)) return StartLease(id, tries);
+      return split_failed();
+    }
+    case OpAnswer::Status::kSplit: {
+      // The key got hot and was split: lease from one of its sub-buckets instead.
+      ClientCounters::Add(counters_.split_redirects);
+      const std::optional<std::pair<const Policy*, std::string>> bucket = buckets_.KeyOf(id);
+      if (!bucket) return;
+      splits_.Learn(*bucket->first, bucket->second, a, now_us);
+      if (a.split_valid_ms > 0 && tries.redirects < 2) {
+        ++tries.redirects;
+        return StartLease(id, tries);
+      }
+      return split_failed();  // between two views while it merges back
+    }
+    case OpAnswer::Status::kWrongOwner:
+      if (!tries.followed_owner) {
+        tries.followed_owner = true;
+        if (std::optional<std::string> owner = FollowWrongOwner(a)) {
+          return StartLease(id, tries, Target{*owner, sub});  // to the owner its ring names
+        }
+      }
+      [[fallthrough]];
     default:  // wrong owner after a retry, unknown policy, a full node: the class decides
       ClientCounters::Add(counters_.store_errors);
+      if (sub.k != 0) return split_failed();
       return Settle(id, buckets_.OnFailed(id));
   }
+  LeaseBuckets::Grant grant = GrantOf(a, wanted, sub, policies_);
+  if (sub.k != 0 || splits_.AnyReopening()) {
+    const std::optional<std::pair<const Policy*, std::string>> bucket = buckets_.KeyOf(id);
+    if (!bucket) return;
+    const Policy& p = *bucket->first;
+    // An empty sub-bucket: when one unit is back there, not the whole lease (LeaseBuckets).
+    if (sub.k != 0 && a.granted == 0) {
+      grant.retry_after_ms = std::min(grant.retry_after_ms, OneUnitMs(p, sub.k));
+    }
+    const std::string& key = bucket->second;
+    if (on_other) splits_.NoteOther(p, key, a.granted > 0);
+    if (a.granted > 0) {
+      splits_.NoteOpened(p, key, sub);
+    } else if (std::optional<int64_t> at = WaitForNewSubBucket(
+                   p, key, sub, a, sent_us, sent_us + options_.deadline_us, tries, true)) {
+      Settle(id, buckets_.OnRetry(id));  // the waiting requests keep their deadlines
+      scheduler_.After(*at - now_us, [this, id, tries, target] { StartLease(id, tries, target); });
+      return;
+    } else if (sub.k != 0 && !tries.other && splits_.TryOther(p, key)) {
+      tries.other = tries.on_other = true;
+      return StartLease(id, tries);  // one sub-bucket is empty: try one other before denying
+    }
+  }
+  Settle(id, buckets_.OnGrant(id, grant, now_us));
 }
 
 void ClientCore::Settle(const KeyId& id, LeaseBuckets::Settled s) {
@@ -258,10 +300,11 @@ ClientCore::Target ClientCore::TargetOf(const ResolvedRequest& r) {
   return t;
 }
 
-void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, int attempt,
+void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
                             int64_t deadline_at_us, Target target) {
   const ResolvedRequest& r = **req;
-  const int64_t left = deadline_at_us - scheduler_.NowUs();
+  const int64_t now_us = scheduler_.NowUs();
+  const int64_t left = deadline_at_us - now_us;
   if (target.node.empty()) {
     target = TargetOf(r);
     if (target.node.empty() || routing_.IsDown(target.node)) {
@@ -283,25 +326,35 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, in
   op.split_token = sub.token;
   op.split_token_bytes = sub.token_bytes;
   Call(target.node, std::move(op), std::min(options_.deadline_us, left),
-       [this, req, done, attempt, deadline_at_us, sub](CallResult result) {
-         OnCheck(req, done, attempt, deadline_at_us, sub, std::move(result));
+       [this, req, done, tries, deadline_at_us, sub, now_us](CallResult result) {
+         OnCheck(req, done, tries, deadline_at_us, sub, now_us, std::move(result));
        });
 }
 
-void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int attempt,
-                         int64_t deadline_at_us, SubBucket sub, CallResult result) {
+void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
+                         int64_t deadline_at_us, const SubBucket& sub, int64_t sent_us,
+                         CallResult result) {
   const ResolvedRequest& r = **req;
   const OpAnswer& a = result.answer;
   if (result.status != CallStatus::kOk) return Fallback(r, std::move(*done));
+  ++tries.calls;
+  const bool on_other = std::exchange(tries.on_other, false);
   switch (a.status) {
     case OpAnswer::Status::kOk:
       break;
     case OpAnswer::Status::kBadRequest:
-      return Answer(resolver_.Denied(r, a.error), *done);
+      if (sub.k == 0) return Answer(resolver_.Denied(r, a.error), *done);
+      [[fallthrough]];  // a sub-bucket refused this gateway's view of the split
+    case OpAnswer::Status::kSplitChanged:
+      if (RefreshSplit(*r.policy, r.key, sub, a, tries)) {
+        return StartCheck(req, done, tries, deadline_at_us);
+      }
+      return SplitFallback(r, std::move(*done));
     case OpAnswer::Status::kWrongOwner:
-      if (attempt == 0) {
+      if (!tries.followed_owner) {
+        tries.followed_owner = true;
         if (std::optional<std::string> owner = FollowWrongOwner(a)) {
-          return StartCheck(req, done, 1, deadline_at_us, Target{*owner, sub});
+          return StartCheck(req, done, tries, deadline_at_us, Target{*owner, sub});
         }
       }
       [[fallthrough]];
@@ -313,25 +366,44 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, int a
       // key being handed to it, a full node, its stored state unreadable): the class
       // decides, as when it is down (I4).
       ClientCounters::Add(counters_.store_errors);
+      if (sub.k != 0) return SplitFallback(r, std::move(*done));
       return Fallback(r, std::move(*done));
-    case OpAnswer::Status::kSplit: {
+    case OpAnswer::Status::kSplit:
       ClientCounters::Add(counters_.split_redirects);
       splits_.Learn(*r.policy, r.key, a, scheduler_.NowUs());
-      if (a.split_valid_ms > 0 && attempt < 2) {
-        return StartCheck(req, done, attempt + 1, deadline_at_us);  // to a sub-bucket
+      if (a.split_valid_ms > 0 && tries.redirects < 2) {
+        ++tries.redirects;
+        return StartCheck(req, done, tries, deadline_at_us);  // to a sub-bucket
       }
-      ClientDecision d = resolver_.Denied(r, "");  // between views: its owner reopens it soon
-      d.retry_after = std::chrono::milliseconds(a.retry_after_ms);
-      return Answer(std::move(d), *done);
-    }
+      // Between two views while it merges back: its owner reopens it soon; until then the
+      // class decides, as while a key is handed over.
+      return SplitFallback(r, std::move(*done));
   }
-  if (sub.k != 0) {
-    if (!a.allowed && attempt == 0 && splits_.TryOther(*r.policy, r.key)) {
-      return StartCheck(req, done, 1, deadline_at_us);  // denied by one: try one other
+  // A sub-bucket, or a key whose split this gateway saw end (it reopens drained).
+  if (sub.k != 0 || splits_.AnyReopening()) {
+    if (on_other) splits_.NoteOther(*r.policy, r.key, a.allowed);
+    if (a.allowed) {
+      splits_.NoteOpened(*r.policy, r.key, sub);
+    } else if (std::optional<int64_t> at =
+                   WaitForNewSubBucket(*r.policy, r.key, sub, a, sent_us, deadline_at_us, tries,
+                                       false)) {
+      Target again{OwnerFor(*r.policy, r.key, r.tenant, sub), sub};
+      scheduler_.After(*at - scheduler_.NowUs(),
+                       [this, req, done, tries, deadline_at_us, again = std::move(again)] {
+                         StartCheck(req, done, tries, deadline_at_us, again);
+                       });
+      return;
+    } else if (sub.k != 0 && !tries.other && splits_.TryOther(*r.policy, r.key)) {
+      tries.other = tries.on_other = true;
+      return StartCheck(req, done, tries, deadline_at_us);  // denied by one: try one other
     }
-    if (attempt == 1) splits_.NoteOther(*r.policy, r.key, a.allowed);
   }
   Answer(resolver_.FromAnswer(r, a), *done);
+}
+
+void ClientCore::SplitFallback(const ResolvedRequest& r, Done done) {
+  ClientCounters::Add(counters_.split_fallbacks);
+  Fallback(r, std::move(done));
 }
 
 // ----- routing, splits -----
@@ -365,7 +437,10 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
   std::optional<SplitViews::Renewal> renewal = splits_.TakeRenewal(split_id);
   if (!renewal) return;
   const std::string owner = routing_.OwnerOf(renewal->key);
-  if (owner.empty() || routing_.IsDown(owner)) return;  // the view lapses by itself
+  if (owner.empty() || routing_.IsDown(owner)) {
+    // Asked again with a later op; the view lapses by itself meanwhile.
+    return splits_.RenewalFailed(split_id);
+  }
   OpSpec op;
   op.kind = OpKind::kSplit;
   op.policy = renewal->policy->name;
@@ -379,6 +454,38 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
            splits_.RenewalFailed(split_id);
          }
        });
+}
+
+bool ClientCore::RefreshSplit(const Policy& p, std::string_view key, const SubBucket& stale,
+                              const OpAnswer& a, CallTries& tries) {
+  if (a.split_k != 0) {
+    splits_.Learn(p, key, a, scheduler_.NowUs());  // the owner's split now
+  } else {
+    splits_.Forget(p, key, stale);  // the next try asks the key's owner
+  }
+  if (tries.refreshed) return false;
+  tries.refreshed = true;
+  ClientCounters::Add(counters_.split_changed);
+  return true;
+}
+
+std::optional<int64_t> ClientCore::WaitForNewSubBucket(const Policy& p, std::string_view key,
+                                                       const SubBucket& sub, const OpAnswer& a,
+                                                       int64_t sent_us, int64_t deadline_at_us,
+                                                       CallTries& tries, bool lease) {
+  if (tries.waited || a.retry_after_ms < 0) return std::nullopt;
+  const int64_t now_us = scheduler_.NowUs();
+  int64_t wait_ms = a.retry_after_ms;
+  // A lease's retry_after is for the whole lease; one unit is what the requests waiting on it
+  // need first.
+  if (lease) wait_ms = std::min(wait_ms, OneUnitMs(p, sub.k));
+  // Room for the wait and one more round trip as long as this one's.
+  const int64_t room_us = deadline_at_us - now_us - (now_us - sent_us);
+  if (room_us <= 0 || wait_ms > (room_us - 1) / 1000) return std::nullopt;
+  if (!splits_.MayBeNew(p, key, sub, now_us)) return std::nullopt;
+  tries.waited = true;
+  ClientCounters::Add(counters_.split_waits);
+  return now_us + wait_ms * 1000;
 }
 
 // ----- calls and health -----
@@ -500,10 +607,11 @@ void ClientCore::Reconcile(const std::string& address) {
            const OpAnswer& a = result.answer;
            const int64_t paid = answered && a.status == OpAnswer::Status::kOk ? a.granted : 0;
            // A node that refuses the lease outright (the policy is strict there) never will.
-           const bool refused = answered && a.status != OpAnswer::Status::kOk &&
-                                a.status != OpAnswer::Status::kKeysExhausted &&
-                                a.status != OpAnswer::Status::kMoving &&
-                                a.status != OpAnswer::Status::kStoreError;
+           const bool refused =
+               answered && a.status != OpAnswer::Status::kOk &&
+               a.status != OpAnswer::Status::kKeysExhausted &&
+               a.status != OpAnswer::Status::kMoving && a.status != OpAnswer::Status::kStoreError &&
+               a.status != OpAnswer::Status::kSplit && a.status != OpAnswer::Status::kSplitChanged;
            const int64_t now = scheduler_.NowUs();
            if (!fallbacks_.SettleDebt(id, paid, refused, now + options_.reconcile_retry_us)) {
              scheduler_.After(options_.reconcile_retry_us, [this, address] { Reconcile(address); });

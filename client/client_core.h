@@ -12,6 +12,10 @@
 // store call that misses its deadline, a node marked down, or an owner that cannot answer
 // for the key (wrong owner, unknown policy) falls back by the policy's class.
 //
+// A split key never ends in an error: an answer that this gateway's view of the split is out
+// of date refreshes the view and tries once more within the deadline, and whatever the split
+// still cannot answer (it changed again, a merge between two views) falls back by class.
+//
 // Thread-safety: Decide, DecideAsync, TryLocal and the accessors may be called from any
 // thread. Transport calls and timers run on the scheduler's thread.
 #pragma once
@@ -52,6 +56,18 @@ struct ClientCoreOptions {
   uint64_t seed = 0;            // probe jitter; 0: a random one
   // Keys that may owe billing units at once (client::Options::max_billing_debts).
   size_t max_billing_debts = 100'000;
+};
+
+// What one decision (or one lease) of a ClientCore has tried already, so that each way of
+// trying again is taken at most once (a Split redirect twice), all within one deadline.
+struct CallTries {
+  int calls = 0;                // answered calls before this one
+  int redirects = 0;            // Split answers followed to a sub-bucket
+  bool followed_owner = false;  // a WrongOwner answer followed
+  bool refreshed = false;       // a view of a split found out of date, refreshed
+  bool waited = false;          // a sub-bucket that may be new waited for
+  bool other = false;           // another sub-bucket tried after a denial
+  bool on_other = false;        // this call is that try
 };
 
 class ClientCore {
@@ -101,9 +117,10 @@ class ClientCore {
     SubBucket sub;
   };
   // Leases, on the scheduler's thread. An empty `via`: the key's own target, found now (else
-  // the owner a WrongOwner reply named).
-  void StartLease(const KeyId& id, int attempt = 0, Target via = {});
-  void OnLease(const KeyId& id, int64_t wanted, int attempt, SubBucket sub, CallResult result);
+  // the owner a WrongOwner reply named, or the sub-bucket asked again).
+  void StartLease(const KeyId& id, CallTries tries = {}, Target via = {});
+  void OnLease(const KeyId& id, int64_t wanted, CallTries tries, const Target& target,
+               int64_t sent_us, CallResult result);
   // A lease answered after its deadline: its units are kept, not lost (LeaseBuckets).
   void OnLateLease(const KeyId& id, const LeaseBuckets::Ask& ask, SubBucket sub,
                    const CallResult& result);
@@ -116,10 +133,12 @@ class ClientCore {
   Target TargetOf(const ResolvedRequest& r);
   // Strict checks, on the scheduler's thread, all within the decision's deadline. An empty
   // target: the key's, found now.
-  void StartCheck(const SharedRequest& req, const SharedDone& done, int attempt,
+  void StartCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
                   int64_t deadline_at_us, Target target = {});
-  void OnCheck(const SharedRequest& req, const SharedDone& done, int attempt,
-               int64_t deadline_at_us, SubBucket sub, CallResult result);
+  void OnCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
+               int64_t deadline_at_us, const SubBucket& sub, int64_t sent_us, CallResult result);
+  // A request the split could not answer (counted): its class decides.
+  void SplitFallback(const ResolvedRequest& r, Done done);
 
   // A WrongOwner answer: offers its member list, and says where to retry once (the owner
   // it names), or nullopt when the answer is not to be followed (an older member list).
@@ -128,6 +147,20 @@ class ClientCore {
                        const SubBucket& sub) const;
   std::optional<SubBucket> PickSplit(const Policy& p, std::string_view key);
   void RenewSplit(const KeyId& split_id);
+  // An answer from a sub-bucket that this gateway's view of the split is out of date (a
+  // SplitChanged status, or any refusal): the view is replaced by the split the answer
+  // carries, or forgotten so that the next try asks the owner. True when the op is to be
+  // tried once more (the first time).
+  bool RefreshSplit(const Policy& p, std::string_view key, const SubBucket& stale,
+                    const OpAnswer& a, CallTries& tries);
+  // After a denial (or an empty grant) by sub-bucket `sub`, or by a key whose split ended
+  // (sub.k 0): when it may be new (it starts drained) and its retry_after (for a lease, the
+  // time one unit takes) fits before `deadline_at_us`, with the round trip the answer took,
+  // the time to ask it again; else nullopt.
+  std::optional<int64_t> WaitForNewSubBucket(const Policy& p, std::string_view key,
+                                             const SubBucket& sub, const OpAnswer& a,
+                                             int64_t sent_us, int64_t deadline_at_us,
+                                             CallTries& tries, bool lease);
 
   // Sends op with a deadline; `done` runs once on the scheduler's thread. A miss counts
   // against the node's health only when the call had the whole deadline. `late`, when set,

@@ -19,6 +19,9 @@ void ClientCounters::CopyTo(client::Counters& c) const {
   c.units_expired = get(units_expired);
   c.late_grants_kept = get(late_grants_kept);
   c.split_redirects = get(split_redirects);
+  c.split_changed = get(split_changed);
+  c.split_fallbacks = get(split_fallbacks);
+  c.split_waits = get(split_waits);
   c.billing_debt_units_paid = get(billing_units_paid);
   c.billing_debt_units_dropped = 0;
   for (size_t i = 0; i < 3; ++i) {

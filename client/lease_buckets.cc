@@ -315,6 +315,8 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
     const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
     if (g.granted > 0) Keep(b, g, now_us);
     b.lease_size = std::max(p.LeaseSize(), g.suggested_lease);
+    // A sub-bucket of a split key holds L/k: leases from it are 1/k the size.
+    if (g.sub.k != 0) b.lease_size = std::max<int64_t>(1, b.lease_size / g.sub.k);
     b.store_remaining = g.store_remaining;
     if (b.last_reply_us > 0 && now_us > b.last_reply_us) {
       const int64_t rtt = now_us - b.lease_sent_us;
@@ -323,9 +325,17 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
     }
     b.last_reply_us = now_us;
     b.spent_since_reply = 0;
-    // Short: the owner had less than asked, so the key is out of units across the fleet.
-    const bool owner_short = g.granted < g.wanted;
-    b.next_lease_us = owner_short ? Backoff(b, p, g.retry_after_ms, now_us, id) : 0;
+    // Short: the owner had less than asked, so the key is out of units across the fleet. A
+    // sub-bucket that had less is one of k: only an empty one says so (the requests still
+    // waiting lease again, from the next sub-bucket).
+    const bool owner_short = g.sub.k != 0 ? g.granted == 0 : g.granted < g.wanted;
+    // An empty sub-bucket is one of k, not the fleet out of units: lease again once one unit
+    // is back there (retry_after for a sub-bucket is for one unit, GrantOf), not after a
+    // fleet share's refill.
+    b.next_lease_us = !owner_short ? 0
+                      : g.sub.k != 0
+                          ? now_us + std::max<int64_t>(1, g.retry_after_ms) * 1000
+                          : Backoff(b, p, g.retry_after_ms, now_us, id);
     b.Expire(now_us, &shard.expired);
     ServeWaiters(b, owner_short, now_us, s);
     if (owner_short && g.denied_by != nullptr) {

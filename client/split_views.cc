@@ -22,6 +22,7 @@ std::optional<SubBucket> SplitViews::Pick(const Policy& p, std::string_view key,
   View& view = it->second;
   if (now_us >= view.valid_until_us) {
     views_.erase(it);  // lapsed: ask the key's owner again
+    MarkReopening(IdOf(p, key), now_us);
     return std::nullopt;
   }
   const SubBucket sub = view.sub;
@@ -36,12 +37,15 @@ void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
   const KeyId split_id = IdOf(p, key);
   std::lock_guard<std::mutex> lock(mu_);
   if (a.split_k == 0 || a.split_valid_ms <= 0) {
-    views_.erase(split_id);
+    // Merging (a split with no view left to hand out), or merged under a view held here.
+    if (views_.erase(split_id) > 0 || a.split_k != 0) MarkReopening(split_id, now_us);
     return;
   }
   View& view = views_[split_id];
-  if (view.sub.epoch != a.split_epoch) {
-    view.sub.index = static_cast<uint16_t>(split_id.lo % a.split_k);  // gateways start apart
+  if (view.sub.epoch != a.split_epoch || view.sub.k != a.split_k) {
+    // Gateways start apart: each at its own place, the same for all its keys' splits.
+    view.sub.index = static_cast<uint16_t>((split_id.lo + salt_ * 0x9e3779b97f4a7c15ULL) % a.split_k);
+    view.opened = 0;  // other sub-buckets
   }
   view.policy = &p;
   view.key = std::string(key);
@@ -53,6 +57,56 @@ void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
   view.valid_until_us = now_us + a.split_valid_ms * 1000;
   view.renew_at_us = now_us + a.split_valid_ms * 1000 / 2;
   view.renewing = false;
+}
+
+void SplitViews::Forget(const Policy& p, std::string_view key, const SubBucket& stale) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = views_.find(IdOf(p, key));
+  if (it == views_.end()) return;
+  // A renewal (or another op's answer) may have brought the split as it is now meanwhile.
+  if (it->second.sub.epoch != stale.epoch || it->second.sub.k != stale.k) return;
+  const int64_t now_us = it->second.valid_until_us;  // no later than the view's end
+  const KeyId id = it->first;
+  views_.erase(it);
+  MarkReopening(id, now_us);
+}
+
+void SplitViews::MarkReopening(const KeyId& split_id, int64_t now_us) {
+  // A merge reopens the key within a view's validity (2 s) and a margin of its end; after
+  // 10 s the first denial is the key's own.
+  constexpr int64_t kRememberUs = 10'000'000;
+  constexpr size_t kMaxKeys = 4096;  // keys split at once are few; bounded all the same
+  if (reopening_.size() >= kMaxKeys) {
+    std::erase_if(reopening_, [&](const auto& e) { return e.second <= now_us; });
+    if (reopening_.size() >= kMaxKeys) reopening_.clear();
+  }
+  reopening_[split_id] = now_us + kRememberUs;
+  any_reopening_.store(true, std::memory_order_relaxed);
+}
+
+void SplitViews::NoteOpened(const Policy& p, std::string_view key, const SubBucket& sub) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sub.k == 0) {
+    if (reopening_.erase(IdOf(p, key)) > 0 && reopening_.empty()) {
+      any_reopening_.store(false, std::memory_order_relaxed);
+    }
+    return;
+  }
+  auto it = views_.find(IdOf(p, key));
+  if (it == views_.end() || it->second.sub.epoch != sub.epoch || sub.index >= 64) return;
+  it->second.opened |= uint64_t{1} << sub.index;
+}
+
+bool SplitViews::MayBeNew(const Policy& p, std::string_view key, const SubBucket& sub,
+                          int64_t now_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sub.k == 0) {
+    auto it = reopening_.find(IdOf(p, key));
+    return it != reopening_.end() && now_us < it->second;
+  }
+  auto it = views_.find(IdOf(p, key));
+  if (it == views_.end() || it->second.sub.epoch != sub.epoch || sub.index >= 64) return false;
+  return ((it->second.opened >> sub.index) & 1) == 0;
 }
 
 void SplitViews::NoteOther(const Policy& p, std::string_view key, bool allowed) {

@@ -1,12 +1,16 @@
 // SplitViews: what this gateway knows of hot keys their owners split into sub-buckets
 // (hot keys, DESIGN.md). A view is valid for as long as the owner said, and renewed half way
 // through, reporting the ops this gateway sent to the sub-buckets since; ops go to the
-// sub-buckets in turn, each gateway starting at a different one.
+// sub-buckets in turn, each gateway starting at a different one. A view an answer found out
+// of date is forgotten (the next op asks the owner) or replaced by the split the answer
+// carries. A view also knows which sub-buckets have admitted anything for this gateway: one
+// that has not may be new, and a new sub-bucket starts drained.
 //
 // Thread-safety: any thread; one mutex guards the views.
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,14 +26,28 @@ namespace limiter {
 
 class SplitViews {
  public:
+  // `salt`: where this gateway starts in each split's sub-buckets (gateways start apart).
+  explicit SplitViews(uint64_t salt = 0) : salt_(salt) {}
+
   // The key a view is kept under: (policy, key) (only keys that do not nest split).
   static KeyId IdOf(const Policy& p, std::string_view key);
 
   // The sub-bucket for the next op on the key (in turn, counted as sent), or nullopt when
   // it is not (known to be) split. *renew: the view is due for renewal (RenewSplit).
   std::optional<SubBucket> Pick(const Policy& p, std::string_view key, int64_t now_us, bool* renew);
-  // The owner's answer about the key's split (a Split status or a SPLIT reply).
+  // The owner's answer about the key's split (a Split or SplitChanged status, a SPLIT reply).
   void Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us);
+  // An answer found the view `stale` out of date: forgotten, unless the view is newer already.
+  void Forget(const Policy& p, std::string_view key, const SubBucket& stale);
+  // Sub-bucket `sub` admitted an op (or granted units) for this gateway.
+  void NoteOpened(const Policy& p, std::string_view key, const SubBucket& sub);
+  // Whether `sub` is of the view held now and has admitted nothing for this gateway yet: it
+  // may be new, drained until the next millisecond or so. For the key itself (sub.k 0):
+  // whether this gateway saw its split end lately (merging, merged, a view that lapsed) and
+  // the key has admitted nothing since: its owner reopens it drained.
+  bool MayBeNew(const Policy& p, std::string_view key, const SubBucket& sub, int64_t now_us);
+  // Whether any key is in that state (cheap: checked before any other work on every answer).
+  bool AnyReopening() const { return any_reopening_.load(std::memory_order_relaxed); }
   // After a denial by one sub-bucket: whether to try one other. Always while such second
   // tries pay off now and then; when nearly all fail (the key is over its limit everywhere),
   // only one denial in 16, so a denied request costs the cluster one op, not two.
@@ -55,12 +73,20 @@ class SplitViews {
     int64_t renew_at_us = 0;
     int64_t sent = 0;
     bool renewing = false;
+    uint64_t opened = 0;       // bit i: sub-bucket i admitted something in this epoch
     uint32_t other_tries = 0;  // second tries after a denial, and how many were allowed
     uint32_t other_wins = 0;
     uint32_t denials = 0;
   };
+  // The key's split ended as far as this gateway saw: it may reopen drained. Locked.
+  void MarkReopening(const KeyId& split_id, int64_t now_us);
+
+  const uint64_t salt_;
   std::mutex mu_;
   std::unordered_map<KeyId, View, KeyIdHash> views_;  // guarded by mu_
+  // Keys whose split this gateway saw end, until when that matters (µs); guarded by mu_.
+  std::unordered_map<KeyId, int64_t, KeyIdHash> reopening_;
+  std::atomic<bool> any_reopening_{false};  // !reopening_.empty(), read without mu_
 };
 
 }  // namespace limiter

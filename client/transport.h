@@ -52,6 +52,9 @@ struct OpAnswer {
     kSplit,  // the key is split: nothing charged, use its sub-buckets
     kMoving,  // the key is being handed to this node by its last owner: nothing charged
     kStoreError,  // a durable key's stored state could not be read: nothing charged
+    // An op on a sub-bucket whose split is out of date: nothing charged. split_*: the owner's
+    // split now (split_k 0: not split, or the answering node does not know it).
+    kSplitChanged,
   };
   Status status = Status::kOk;
   std::string error;
@@ -70,7 +73,7 @@ struct OpAnswer {
   std::vector<std::string> members;
   uint64_t generation = 0;
   std::string owner;
-  uint16_t split_k = 0;              // Split status or SPLIT op: 0 means not split
+  uint16_t split_k = 0;  // Split, SplitChanged or a SPLIT op: 0 means not split
   uint32_t split_epoch = 0;
   int64_t split_valid_ms = 0;
   std::array<uint8_t, 24> split_token{};  // the first split_token_bytes

@@ -33,6 +33,7 @@ OpAnswer FromWire(const wire::OpReply& r) {
     case wire::Status::Split: a.status = OpAnswer::Status::kSplit; break;
     case wire::Status::Moving: a.status = OpAnswer::Status::kMoving; break;
     case wire::Status::StoreError: a.status = OpAnswer::Status::kStoreError; break;
+    case wire::Status::SplitChanged: a.status = OpAnswer::Status::kSplitChanged; break;
     default:
       a.status = OpAnswer::Status::kBadRequest;
       a.error = "unknown status " + std::to_string(static_cast<int>(r.status()));

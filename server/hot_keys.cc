@@ -82,20 +82,23 @@ bool Node::RedirectToSplit(Worker& w, int64_t now, OpResult& r) {
     if (split == nullptr) continue;
     const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
     if (!view) continue;  // reopened
-    const int64_t valid = *view;
     r.reply.status = wire::Status::Split;
     r.error = "limits[" + std::to_string(i) + "]: the key is split " + std::to_string(split->k) +
               " ways; use its sub-buckets";
-    r.reply.split_k = split->k;
-    r.reply.split_epoch = split->epoch;
-    r.reply.split_valid_ms = valid;
-    SignSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, split->k, split->epoch,
-              valid, r);
-    // Merging, and no view left to hand out: until it reopens, come back then.
-    if (valid == 0) r.reply.retry_after_ms = split->valid_until_ms + ReopenMarginMs() - now;
+    PutSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, *split, *view, now, r);
     return true;
   }
   return false;
+}
+
+void Node::PutSplit(const Policy& p, std::string_view key, const Store::Split& split,
+                    int64_t valid_ms, int64_t now, OpResult& r) {
+  r.reply.split_k = split.k;
+  r.reply.split_epoch = split.epoch;
+  r.reply.split_valid_ms = valid_ms;
+  SignSplit(p, key, split.k, split.epoch, valid_ms, r);
+  // Merging, and no view left to hand out: until it reopens, come back then.
+  if (valid_ms == 0) r.reply.retry_after_ms = split.valid_until_ms + ReopenMarginMs() - now;
 }
 
 void Node::SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r) {
@@ -108,11 +111,7 @@ void Node::SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r) {
   split->reported_ops += reported;
   const std::optional<int64_t> view = HandOutView(e.policy, e.id, *split, now);
   if (!view) return;  // reopened: split_k 0
-  r.reply.split_k = split->k;
-  r.reply.split_epoch = split->epoch;
-  r.reply.split_valid_ms = *view;
-  SignSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, split->k, split->epoch,
-            *view, r);
+  PutSplit(policies_.policies()[static_cast<size_t>(e.policy)], e.key, *split, *view, now, r);
 }
 
 void Node::Drain(int policy, const KeyId& id, int64_t now) {

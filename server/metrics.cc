@@ -50,7 +50,8 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   std::array<std::array<uint64_t, 3>, kOpTypes + 1> ops{};
   std::array<uint64_t, kBadFrameKinds> bad{};
   uint64_t refusals = 0, frames = 0, opened = 0, closed = 0, redirects = 0;
-  uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0, moving = 0;
+  uint64_t auth_failures = 0, frames_refused = 0, split_refusals = 0, split_changed = 0;
+  uint64_t moving = 0;
   uint64_t peer_refusals = 0, sessions_revoked = 0;
   {
     std::lock_guard<std::mutex> guard(workers_mu_);
@@ -70,6 +71,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
       sessions_revoked += c.sessions_revoked.Get();
       frames_refused += c.frames_refused.Get();
       split_refusals += c.split_refusals.Get();
+      split_changed += c.split_changed.Get();
       moving += c.moving.Get();
     }
   }
@@ -115,6 +117,7 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
   out.emplace_back("peer_refusals", static_cast<int64_t>(peer_refusals));
   out.emplace_back("sessions_revoked", static_cast<int64_t>(sessions_revoked));
   out.emplace_back("split_refusals", static_cast<int64_t>(split_refusals));
+  out.emplace_back("split_changed", static_cast<int64_t>(split_changed));
   const HandoffCounters& h = handoff_counters_;
   out.emplace_back("handoff_moving", static_cast<int64_t>(moving));
   out.emplace_back("handoff_jobs", h.jobs.load());
@@ -249,8 +252,12 @@ std::string Node::RenderMetrics() {
       "Frames over a bound (ops, reply bytes, STATS/HOTKEYS/INSPECT); their connections closed.");
   out << "limiter_frames_refused_total " << stat("frames_refused") << '\n';
   Header(out, "limiter_split_refusals_total", "counter",
-         "Ops on a sub-bucket of a split that is not real or no longer valid.");
+         "Ops on a sub-bucket with a split token no member of the cluster made (forged).");
   out << "limiter_split_refusals_total " << stat("split_refusals") << '\n';
+  Header(out, "limiter_split_changed_total", "counter",
+         "Ops on a sub-bucket from a gateway's view of the split that is out of date (merged, "
+         "split again, a lapsed token), answered SplitChanged; nothing charged.");
+  out << "limiter_split_changed_total " << stat("split_changed") << '\n';
   struct Plain {
     const char* metric;
     const char* stat;

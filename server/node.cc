@@ -38,8 +38,12 @@ std::string_view OpTypeName(int type) {
 }
 
 namespace {
-Store::Options WithClock(Store::Options o, const Clock& clock) {
+Store::Options StoreOptions(const NodeOptions& node, const Clock& clock) {
+  Store::Options o = node.store;
   o.clock = &clock;
+  // Gateways send to a split's sub-buckets in turn: one idle for twice a view's validity has
+  // no client left.
+  o.sub_bucket_idle_ms = 2 * node.hot.split_valid_ms;
   return o;
 }
 }  // namespace
@@ -49,7 +53,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
     : policies_(policies),
       clock_(clock),
       options_(std::move(options)),
-      store_(policies, WithClock(options_.store, clock)),
+      store_(policies, StoreOptions(options_, clock)),
       durable_(std::move(durable)),
       requires_secret_(!options_.secrets.empty()),
       has_peer_secret_(!options_.peer_secrets.empty()),
@@ -393,6 +397,8 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
   }
   if (r.reply.status == wire::Status::Split) {
     w.counters.split_redirects.Add();
+  } else if (r.reply.status == wire::Status::SplitChanged) {
+    // counted as a split refusal, where it was refused
   } else if (r.reply.status == wire::Status::Moving) {
     w.counters.moving.Add();
   } else if (r.reply.status != wire::Status::Ok) {
@@ -534,9 +540,13 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const Membership& m, bool sing
                                              std::to_string(split_k) + " ways");
         return false;
       }
-      if (std::optional<std::string> forged = SplitError(p, key, op, m)) {
-        w.counters.split_refusals.Add();
-        r.Fail(wire::Status::BadRequest, where() + ": " + *forged);
+      if (std::optional<SplitRefusal> refused = SplitError(policy, p, key, op, m, now, r)) {
+        if (refused->status == wire::Status::SplitChanged) {
+          w.counters.split_changed.Add();
+        } else {
+          w.counters.split_refusals.Add();
+        }
+        r.Fail(refused->status, where() + ": " + refused->why);
         return false;
       }
       Entry& e = w.entries.back();

@@ -38,6 +38,7 @@ namespace limiter::wire {
 struct Op;
 struct Peer;
 struct Request;
+enum class Status : uint8_t;
 }
 
 namespace limiter {
@@ -124,7 +125,8 @@ struct WorkerCounters {
                              // (or a peer speaking for another member), refused
   Counter sessions_revoked;  // sessions closed because the secret they proved was removed
   Counter frames_refused;    // frames over a bound (ops, reply, STATS/HOTKEYS/INSPECT)
-  Counter split_refusals;    // ops on a sub-bucket of a split that is not (or no longer) real
+  Counter split_refusals;    // ops on a sub-bucket with a token no member made (forged)
+  Counter split_changed;     // ops on a sub-bucket from a view out of date (SplitChanged)
   Counter split_redirects;  // ops on a split key, answered with its split
   Counter frames;
   // Frames begun minus frames ended, as a sequence: odd while a frame is being handled (the
@@ -353,9 +355,16 @@ class Node {
   // The first bound the frame breaks, or nullopt.
   std::optional<std::string> FrameBoundError(const wire::Request& request) const;
   // Whether an op on a sub-bucket names a split its owner really made and still hands out;
-  // an error message when not.
-  std::optional<std::string> SplitError(const Policy& p, std::string_view key,
-                                        const wire::Op& op, const Membership& m);
+  // when not, how the op fails and why: SplitChanged for a view that is out of date (on the
+  // key's owner, with its split now put in r as any op on the key would get it; elsewhere, a
+  // token that has lapsed), BadRequest for a token no member of the cluster made.
+  struct SplitRefusal {
+    wire::Status status;
+    std::string why;
+  };
+  std::optional<SplitRefusal> SplitError(int policy, const Policy& p, std::string_view key,
+                                         const wire::Op& op, const Membership& m, int64_t now,
+                                         OpResult& r);
   // A token for a split view handed out now for `valid_ms`; empty without a secret.
   void SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t epoch,
                  int64_t valid_ms, OpResult& r);
@@ -401,6 +410,9 @@ class Node {
   // then carries the split instead of a decision.
   bool RedirectToSplit(Worker& w, int64_t now, OpResult& r);
   void SplitInfo(Worker& w, int64_t reported, int64_t now, OpResult& r);
+  // Puts a view of `split` valid for `valid_ms` in r's reply (signed), for the key itself.
+  void PutSplit(const Policy& p, std::string_view key, const Store::Split& split,
+                int64_t valid_ms, int64_t now, OpResult& r);
   // How long one more client may use `split`'s sub-buckets (extending it unless it is
   // merging), or nullopt when it has just reopened (drained and erased). Stripe locked.
   std::optional<int64_t> HandOutView(int policy, const KeyId& id, Store::Split& split,

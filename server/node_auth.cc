@@ -234,28 +234,49 @@ std::optional<std::string> Node::FrameBoundError(const wire::Request& request) c
   return std::nullopt;
 }
 
-std::optional<std::string> Node::SplitError(const Policy& p, std::string_view key,
-                                            const wire::Op& op, const Membership& m) {
+std::optional<Node::SplitRefusal> Node::SplitError(int policy, const Policy& p,
+                                                   std::string_view key, const wire::Op& op,
+                                                   const Membership& m, int64_t now,
+                                                   OpResult& r) {
   const std::string_view key_routing = protocol::RoutingKey(p, key, {});
   if (m.ring.empty() || m.ring.Owner(key_routing) == options_.self) {
-    // This node owns the key: its own record says whether the split is real.
+    // This node owns the key: its own record says whether the split is real. When it is not,
+    // the gateway's view is out of date (the key merged, or split again): it gets the split
+    // as it is now, as any op on the key would.
     const KeyId id = protocol::LimitId(p, key, {});
     const size_t stripe = store_.StripeOf(id);
     Store::StripeLock lock(store_, {&stripe, 1});
-    const Store::Split* split = store_.FindSplit(id);
-    if (split == nullptr || split->k != op.split_k() || split->epoch != op.split_epoch()) {
-      return "the key is not split " + std::to_string(op.split_k()) + " ways in epoch " +
-             std::to_string(op.split_epoch()) + " on its owner; ask its owner again";
+    Store::Split* split = store_.FindSplit(id);
+    if (split != nullptr && split->k == op.split_k() && split->epoch == op.split_epoch()) {
+      return std::nullopt;
     }
-    return std::nullopt;
+    std::string why = "the key is not split " + std::to_string(op.split_k()) +
+                      " ways in epoch " + std::to_string(op.split_epoch()) + " on its owner; ";
+    const std::optional<int64_t> view =
+        split ? HandOutView(policy, id, *split, now) : std::nullopt;
+    if (view) {
+      PutSplit(p, key, *split, *view, now, r);
+      why += "it is split " + std::to_string(split->k) + " ways in epoch " +
+             std::to_string(split->epoch) + " now";
+    } else {
+      why += "it is not split now";  // split_k 0
+    }
+    return SplitRefusal{wire::Status::SplitChanged, std::move(why)};
   }
   if (!requires_secret_) return std::nullopt;  // no secret: peers are trusted
   const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
-  const std::string why =
-      auth::CheckSplitToken(*secrets, BytesOf(op.split_token()), p.name, key, op.split_k(),
-                            op.split_epoch(), UnixMs(), options_.clock_skew_ms);
+  const auth::Bytes token = BytesOf(op.split_token());
+  std::string why = auth::CheckSplitToken(*secrets, token, p.name, key, op.split_k(),
+                                          op.split_epoch(), UnixMs(), options_.clock_skew_ms);
   if (why.empty()) return std::nullopt;
-  return why;
+  // A token a member made that was good at any time has lapsed: the gateway's view is out of
+  // date, and the owner has the split now (this node does not).
+  const bool lapsed = auth::CheckSplitToken(*secrets, token, p.name, key, op.split_k(),
+                                            op.split_epoch(), 0, 0)
+                          .empty();
+  if (lapsed) why += "; ask the key's owner for its split now";
+  return SplitRefusal{lapsed ? wire::Status::SplitChanged : wire::Status::BadRequest,
+                      std::move(why)};
 }
 
 void Node::SignSplit(const Policy& p, std::string_view key, uint16_t k, uint32_t epoch,

@@ -93,7 +93,9 @@ bool Node::Save(Worker& w, const Store::StripeLock&) {
     if (e.slot) store_.Pack(e.policy, std::move(e.limiter), e.slot);
   }
   for (Entry& e : w.entries) {
-    if (!e.slot) store_.Pack(e.policy, std::move(e.limiter), store_.Insert(e.policy, e.id));
+    if (e.slot) continue;
+    store_.Pack(e.policy, std::move(e.limiter), store_.Insert(e.policy, e.id));
+    if (e.split_k != 0) store_.NoteSubBucket(e.id);  // made drained: not swept while in use
   }
   for (Entry& e : w.entries) e.slot = nullptr;  // moved by the inserts
   return true;
@@ -327,7 +329,8 @@ void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at
     if (i == 0) r.reply.granted = given / scale;
     if (given == 0) continue;
     if (durable_policy_[static_cast<size_t>(e.policy)]) Persist(w, e, e.limiter);
-    if (e.limiter.IsFresh(e.rate, e.now) && store_.FindSplit(e.id) == nullptr) {
+    // A sub-bucket stays (it would come back drained); the sweep takes it once idle.
+    if (e.limiter.IsFresh(e.rate, e.now) && e.split_k == 0 && store_.FindSplit(e.id) == nullptr) {
       store_.Erase(e.policy, e.id);
     } else {
       store_.Pack(e.policy, std::move(e.limiter), e.slot);

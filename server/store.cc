@@ -90,7 +90,9 @@ int64_t Store::LogUnits(size_t capacity) {
 }
 
 Store::Store(const PolicySet& policies, Options options)
-    : clock_(options.clock), max_keys_(options.max_keys) {
+    : clock_(options.clock),
+      sub_bucket_idle_ms_(options.sub_bucket_idle_ms),
+      max_keys_(options.max_keys) {
   Result<std::vector<KeyBudget>> budgets = PlanBudgets(policies, max_keys_);
   if (!budgets) {
     std::fprintf(stderr, "limiterd: key budgets: %s\n", budgets.error().c_str());
@@ -266,7 +268,10 @@ void Store::Erase(int policy, const KeyId& id) {
     Unreserve(policy, units);
   }
   DropBook(stripe, id);
+  stripe.sub_buckets.erase(id);
 }
+
+void Store::NoteSubBucket(const KeyId& id) { stripes_[StripeOf(id)]->sub_buckets.insert(id); }
 
 void Store::DropBook(Stripe& stripe, const KeyId& id) {
   if (!stripe.books.empty() && stripe.books.erase(id) > 0) {
@@ -440,6 +445,15 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget, size_t 
     const size_t n = table.Sweep(&stripe.cursors[p], look, [&](Slot& s) {
       if (!IsFresh(policy, s, now)) return false;
       if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
+      if (!stripe.sub_buckets.empty()) {
+        // Fresh as far back as the idle time: no op since (an op leaves a state short of
+        // fresh at any time before it).
+        const auto sub = stripe.sub_buckets.find(s.id);
+        if (sub != stripe.sub_buckets.end()) {
+          if (!IsFresh(policy, s, now - sub_bucket_idle_ms_)) return false;
+          stripe.sub_buckets.erase(sub);
+        }
+      }
       // A fresh key has no charge in effect: nothing its leases charged can come back.
       DropBook(stripe, s.id);
       units += SlotUnits(policy, s);

@@ -60,6 +60,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -86,6 +87,9 @@ class Store {
     // Read for the keys of calendar policies, whose time is their calendar's window time
     // (server/policy_clock.h): sweeps judge them by it. Null: such keys are never swept.
     const Clock* clock = nullptr;
+    // A sub-bucket of a split key (NoteSubBucket) is swept only once it has been fresh this
+    // long; 0: as soon as it is fresh, like any key.
+    int64_t sub_bucket_idle_ms = 0;
   };
 
   // Each policy's budget under max_keys, in the order of policies.policies(); an error when
@@ -186,6 +190,12 @@ class Store {
   LeaseBook& AddBook(const KeyId& id);
   int64_t books() const { return books_.load(std::memory_order_relaxed); }
 
+  // A sub-bucket of a split key, made here (with its stripe locked). A sub-bucket that is
+  // missing starts drained (Node::Load), so sweeping one as soon as it is full would drain it
+  // again at its next op, denying requests well within the limit: it is kept until it has
+  // been fresh for Options::sub_bucket_idle_ms (its split merged, or no client uses it).
+  void NoteSubBucket(const KeyId& id);
+
   Split* FindSplit(const KeyId& id);
   Split& AddSplit(const KeyId& id);
   void EraseSplit(const KeyId& id);
@@ -244,6 +254,7 @@ class Store {
     std::vector<size_t> cursors;   // per policy, where Sweep goes on; guarded by mu
     std::unordered_map<KeyId, Split, KeyIdHash> splits;     // guarded by mu
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books;  // guarded by mu
+    std::unordered_set<KeyId, KeyIdHash> sub_buckets;       // guarded by mu
     int64_t next_reclaim_ms = 0;  // ReclaimLocked passes this stripe by until then; mu
     int64_t reclaim_backoff_ms = 0;  // the last wait set by ReclaimLocked, less its jitter; mu
   };
@@ -274,6 +285,7 @@ class Store {
   std::vector<Rate> rates_;             // per policy
   std::vector<const Policy*> calendar_policies_;  // per policy: itself if on a calendar, else null
   const Clock* clock_ = nullptr;
+  const int64_t sub_bucket_idle_ms_;
   std::vector<int64_t> new_key_units_;  // per policy
   std::unique_ptr<PolicyKeys[]> policy_keys_;
   size_t policy_count_ = 0;

@@ -78,6 +78,8 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
     });
   }
   for (auto& t : threads) t.join();
+  // What the key's split (hot keys) cost the decisions, when it was split.
+  const client::Counters counters = c->counters();
   if (args.json) {
     out << nlohmann::ordered_json{{"allowed", allowed.load()},
                                   {"denied", denied.load()},
@@ -85,13 +87,25 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
                                   {"by_source",
                                    {{"store", by_source[0].load()},
                                     {"lease", by_source[1].load()},
-                                    {"fallback", by_source[2].load()}}}}
+                                    {"fallback", by_source[2].load()}}},
+                                  {"split",
+                                   {{"redirects", counters.split_redirects},
+                                    {"changed", counters.split_changed},
+                                    {"waits", counters.split_waits},
+                                    {"fallbacks", counters.split_fallbacks}}},
+                                  {"deadline_misses", counters.deadline_misses}}
                .dump()
         << '\n';
   } else {
     out << "allowed " << allowed << "  denied " << denied << "  errors " << errors
         << "  (store " << by_source[0] << ", lease " << by_source[1] << ", fallback "
         << by_source[2] << ")\n";
+    if (counters.split_redirects > 0) {
+      out << "split: redirects " << counters.split_redirects << ", changed "
+          << counters.split_changed << ", waits " << counters.split_waits << ", fallbacks "
+          << counters.split_fallbacks << "; deadline misses " << counters.deadline_misses
+          << "\n";
+    }
   }
   if (!first_error.empty()) err << "limiterctl check: " << first_error << '\n';
   return errors > 0 ? 1 : 0;

@@ -255,13 +255,15 @@ TEST_F(HostilePeer, ForgedLeasesAndReturnsGiveNothing) {
 TEST_F(HostilePeer, ForgedSubBucketOpsAreRefusedOnSplitAndNeverSplitKeys) {
   auto c = Connect();
   RequestBuilder b;
-  // Never split: refused, whatever the epoch.
+  // Never split: nothing charged, whatever the epoch; the answer says it is not split.
   for (uint32_t epoch : {0u, 1u, 123456u}) {
     b.OnSubBucket(4, 1, epoch);
     b.Check(1, "hot", "never-split");
     const wire::OpReply* r = One(*c, b);
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(r->status(), wire::Status::BadRequest);
+    EXPECT_EQ(r->status(), wire::Status::SplitChanged);
+    EXPECT_FALSE(r->allowed());
+    EXPECT_EQ(r->split_k(), 0);
   }
   // Make "blazing" hot until its owner splits it (the node ticks once a second).
   uint32_t epoch = 0;
@@ -278,7 +280,8 @@ TEST_F(HostilePeer, ForgedSubBucketOpsAreRefusedOnSplitAndNeverSplitKeys) {
     }
   }
   ASSERT_NE(epoch, 0u) << "the key was never split";
-  // Its real split opens its sub-buckets; any other epoch or k does not.
+  // Its real split opens its sub-buckets; any other epoch or k does not: it gets the real
+  // split instead (as any op on the key would), nothing charged.
   b.OnSubBucket(4, 1, epoch);
   b.Check(1, "hot", "blazing");
   const wire::OpReply* real = One(*c, b);
@@ -289,9 +292,12 @@ TEST_F(HostilePeer, ForgedSubBucketOpsAreRefusedOnSplitAndNeverSplitKeys) {
     b.Check(1, "hot", "blazing");
     const wire::OpReply* forged = One(*c, b);
     ASSERT_NE(forged, nullptr);
-    EXPECT_EQ(forged->status(), wire::Status::BadRequest) << k << " " << e;
+    EXPECT_EQ(forged->status(), wire::Status::SplitChanged) << k << " " << e;
+    EXPECT_FALSE(forged->allowed());
+    EXPECT_EQ(forged->split_k(), 4);
+    EXPECT_EQ(forged->split_epoch(), epoch);
   }
-  EXPECT_GE(Stat("split_refusals"), 5);
+  EXPECT_GE(Stat("split_changed"), 5);
 }
 
 }  // namespace

@@ -32,9 +32,14 @@ policies:
 
 TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   // Nodes, the client library and limiterctl all take it from the environment.
+  // The nodes also prove to each other that they are nodes (the peer secret).
   ::setenv("LIMITER_SECRET", "hot-key-cluster-secret-0123456789", 1);
+  ::setenv("LIMITER_PEER_SECRET", "hot-key-cluster-peer-secret-98765", 1);
   struct Unset {
-    ~Unset() { ::unsetenv("LIMITER_SECRET"); }
+    ~Unset() {
+      ::unsetenv("LIMITER_SECRET");
+      ::unsetenv("LIMITER_PEER_SECRET");
+    }
   } unset;
   const std::string policies = testing::WriteTempFile("hot_policies.yaml", kPolicies);
   std::vector<std::string> addresses;
@@ -159,6 +164,99 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
     EXPECT_EQ(stats["stats"]["auth_failures"], 0) << a << ": " << o.out;
   }
 }
+
+// The command, on three real nodes: a key far within its limit (1,000,000/s) offered
+// 5000/s through `limiterctl check --cluster` gets no error and no denial while its split
+// starts and renews (40,000 checks), while it merges back under light load (a second
+// gateway process that finds it split, then merging), and while it splits again in a new
+// epoch (a third). Strict (a CHECK per request) and lease (leases of 10) policies.
+struct SplitLoad {
+  const char* name;
+  const char* policy;
+  const char* split_above;  // ops/s on a node: a lease carries up to 10 requests
+};
+class SplitUnderLoad : public ::testing::TestWithParam<SplitLoad> {};
+
+TEST_P(SplitUnderLoad, NoErrorNoDenialWhileItSplitsMergesAndSplitsAgain) {
+  ::setenv("LIMITER_SECRET", "split-load-secret-0123456789abcdef", 1);
+  ::setenv("LIMITER_PEER_SECRET", "split-load-peer-secret-fedcba9876", 1);
+  struct Unset {
+    ~Unset() {
+      ::unsetenv("LIMITER_SECRET");
+      ::unsetenv("LIMITER_PEER_SECRET");
+    }
+  } unset;
+  const std::string policies = testing::WriteTempFile(
+      std::string("split_load_") + GetParam().name + ".yaml",
+      std::string("policies:\n  - ") + GetParam().policy + "\n");
+  // Views valid 1 s, so that a merge completes within the light phase.
+  const std::string config = testing::WriteTempFile(
+      std::string("split_load_") + GetParam().name + "_config.yaml",
+      "hot_keys: {merge_below: 200, valid: 1s}\n");
+  std::vector<std::string> addresses;
+  std::string members;
+  for (int i = 0; i < 3; ++i) {
+    addresses.push_back("127.0.0.1:" + std::to_string(testing::PickFreePort()));
+    members += (members.empty() ? "" : ",") + addresses.back();
+  }
+  std::vector<testing::RunningNode> nodes;
+  for (const std::string& a : addresses) {
+    nodes.push_back(testing::Launch({"--config", config, "--listen", a, "--admin", "127.0.0.1:0",
+                                     "--members", members, "--self", a, "--policies", policies,
+                                     "--hot-split-above", GetParam().split_above}));
+    ASSERT_FALSE(nodes.back().listen.empty());
+  }
+  for (const testing::RunningNode& n : nodes) testing::WaitReady(n);
+  auto splits = [&] {
+    int64_t total = 0;
+    for (const std::string& a : addresses) {
+      const testing::CtlOutcome o = testing::RunCtl({"stats", "--server", a, "--json"});
+      EXPECT_EQ(o.status, 0) << o.err;
+      if (o.status == 0) total += nlohmann::json::parse(o.out)["stats"]["splits"].get<int64_t>();
+    }
+    return total;
+  };
+  auto check = [&](const std::string& phase, const std::string& n, const std::string& rate) {
+    const testing::CtlOutcome o =
+        testing::RunCtl({"check", "--cluster", members, "--policy-file", policies, "--policy",
+                         "api", "--key", "scorching", "-n", n, "--rate", rate, "--concurrency",
+                         "4", "--json"});
+    EXPECT_EQ(o.status, 0) << phase << ": " << o.out << o.err;
+    const nlohmann::json j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["errors"], 0) << phase << ": " << o.out << o.err;
+    EXPECT_EQ(j["denied"], 0) << phase << ": " << o.out;
+    EXPECT_EQ(j["allowed"].get<int64_t>(), std::stoll(n)) << phase << ": " << o.out;
+    RecordProperty(phase, o.out);
+    return j;
+  };
+
+  const nlohmann::json hot = check("hot", "40000", "5000");
+  EXPECT_GE(hot["split"]["redirects"].get<int64_t>(), 1) << "the key was never split";
+  // Light load: this gateway finds the key split; the owner merges it back meanwhile.
+  check("cooling", "500", "60");
+  bool merged = splits() == 0;
+  for (int i = 0; i < 40 && !merged; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    merged = splits() == 0;
+  }
+  EXPECT_TRUE(merged) << "the key did not merge back";
+  // Hot again: split in a new epoch, reopened drained before that.
+  const nlohmann::json again = check("hot_again", "20000", "5000");
+  EXPECT_GE(again["split"]["redirects"].get<int64_t>(), 1) << "the key was not split again";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, SplitUnderLoad,
+    ::testing::Values(
+        SplitLoad{"strict",
+                  "{name: api, algorithm: gcra, limit: 1000000, window: 1s, class: contract, "
+                  "mode: strict}",
+                  "1500"},
+        SplitLoad{"lease",
+                  "{name: api, algorithm: gcra, limit: 1000000, window: 1s, class: contract, "
+                  "mode: lease, lease: {size: 10}}",
+                  "200"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace limiter

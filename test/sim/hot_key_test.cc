@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "client/client_core.h"
 #include "common/promise_check.h"
+#include "common/protocol.h"
+#include "common/ring.h"
 #include "common/policy_file.h"
 #include "test/sim/sim.h"
 #include "test/unit/test_seed.h"
@@ -117,6 +120,152 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
     RecordProperty("sub_bucket_ops_" + node, std::to_string(ops));
   }
 }
+
+// A split key never answers a caller with an error, and a key well within its limit is never
+// denied, while its split starts, renews, merges back, splits again in a new epoch, and its
+// owner restarts between two ops (losing the split its gateways still hold a view of). The
+// views that go out of date get SplitChanged from the sub-bucket, refresh from the owner and
+// try once more; what the split still cannot answer falls back by class (here: allowed).
+struct SplitCase {
+  const char* mode;  // and its options
+  int64_t split_above;  // ops/s on the node: a lease op carries many requests
+  int64_t merge_below;
+};
+class SplitNeverErrs : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(SplitNeverErrs, WhileTheSplitStartsRenewsMergesAndItsOwnerRestarts) {
+  const std::string yaml = std::string(R"(
+policies:
+  - {name: api, algorithm: gcra, limit: 1000000, window: 1s, class: contract, mode: )") +
+                           GetParam().mode + "}\n";
+  Result<PolicySet> policies = ParsePolicies(yaml, "hot.yaml");
+  ASSERT_TRUE(policies.ok()) << policies.error();
+  SimScheduler sched;
+  SimClock clock(sched);
+  SimTransport transport(sched);
+  const std::vector<std::string> members = {"n0:1", "n1:1", "n2:1"};
+  // A key one of whose four sub-buckets lives on its own owner (the restart loses that one's
+  // split record) and another elsewhere.
+  const Ring ring(members);
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string name = "scorching" + std::to_string(i);
+    std::set<std::string> owners;
+    bool on_owner = false;
+    for (uint16_t s = 0; s < 4; ++s) {
+      const std::string owner = ring.Owner(protocol::SubBucketRoutingKey(name, s));
+      owners.insert(owner);
+      on_owner |= owner == ring.Owner(name);
+    }
+    if (on_owner && owners.size() >= 2) key = name;
+  }
+  const std::string owner = ring.Owner(key);
+  auto options_for = [&](const std::string& m) {
+    NodeOptions o;
+    o.members = members;
+    o.self = m;
+    o.hot.sample_every = 1;
+    o.hot.split_above = GetParam().split_above;
+    o.hot.split_k = 4;
+    o.hot.merge_below = GetParam().merge_below;
+    return o;
+  };
+  std::vector<std::unique_ptr<Node>> nodes;  // a restarted node's old self stays, unused
+  std::map<std::string, Node*> live;
+  for (const std::string& m : members) {
+    nodes.push_back(std::make_unique<Node>(*policies, clock, options_for(m)));
+    live[m] = nodes.back().get();
+    transport.AddNode(m, nodes.back().get(), 100);
+  }
+  std::function<void()> tick = [&] {
+    for (auto& [m, n] : live) n->Tick();
+    sched.After(1'000'000, tick);
+  };
+  sched.After(1'000'000, tick);
+  std::vector<std::unique_ptr<ClientCore>> gateways;
+  for (int g = 0; g < 4; ++g) {
+    ClientCoreOptions o;
+    o.seed = static_cast<uint64_t>(g + 1);
+    gateways.push_back(std::make_unique<ClientCore>(*policies, members, sched, transport, o));
+  }
+
+  // Hot (3000/s) for 6 s: split. Cool (50/s) for 8 s: merged back. Hot again: split in a new
+  // epoch; at 17 s the key's owner restarts, its gateways holding views of the old split.
+  int64_t requests = 0, decided = 0, allowed = 0;
+  std::string first_error;
+  const int64_t start = sched.NowUs();
+  auto offer = [&](int64_t from_us, int64_t to_us, int64_t rate) {
+    for (int64_t t = from_us; t < to_us; t += 1'000'000 / rate) {
+      sched.After(t - sched.NowUs(), [&, t] {
+        ++requests;
+        ClientCore& gw = *gateways[static_cast<size_t>(t / 7) % gateways.size()];
+        gw.DecideAsync({"api", key}, [&](const client::Decision& d) {
+          ++decided;
+          allowed += d.allowed;
+          if (!d.error.empty() && first_error.empty()) first_error = d.error;
+        });
+      });
+    }
+  };
+  offer(start, start + 6'000'000, 3000);
+  offer(start + 6'000'000, start + 14'000'000, 50);
+  offer(start + 14'000'000, start + 22'000'000, 3000);
+  std::set<uint32_t> epochs;
+  bool merged = false;
+  auto split_now = [&]() -> std::optional<uint32_t> {
+    Node& n = *live[owner];
+    const KeyId id = protocol::LimitId(policies->policies()[0], key, {});
+    const size_t stripe = n.store().StripeOf(id);
+    Store::StripeLock lock(n.store(), {&stripe, 1});
+    const Store::Split* split = n.store().FindSplit(id);
+    if (split == nullptr) return std::nullopt;
+    return split->epoch;
+  };
+  for (int64_t t = start; t < start + 22'000'000; t += 100'000) {
+    sched.RunUntil(t);
+    if (std::optional<uint32_t> e = split_now()) {
+      epochs.insert(*e);
+    } else if (!epochs.empty() && t > start + 6'000'000) {
+      merged = true;
+    }
+    if (t == start + 17'000'000) {
+      ASSERT_GE(epochs.size(), 2u) << "split again before the restart";
+      nodes.push_back(std::make_unique<Node>(*policies, clock, options_for(owner)));
+      live[owner] = nodes.back().get();
+      transport.AddNode(owner, nodes.back().get(), 100);
+    }
+  }
+  sched.RunFor(1'000'000);
+
+  EXPECT_TRUE(merged) << "the key never merged back";
+  EXPECT_GE(epochs.size(), 2u) << "the key was not split again";
+  EXPECT_EQ(decided, requests);
+  EXPECT_EQ(first_error, "");
+  EXPECT_EQ(allowed, requests) << "a key far within its limit was denied";
+  client::Counters total;
+  for (auto& gw : gateways) {
+    const client::Counters c = gw->counters();
+    total.split_redirects += c.split_redirects;
+    total.split_changed += c.split_changed;
+    total.split_fallbacks += c.split_fallbacks;
+    total.split_waits += c.split_waits;
+  }
+  EXPECT_GE(total.split_redirects, 2u);
+  EXPECT_GE(total.split_changed, 1u) << "the restart left no view out of date";
+  RecordProperty("requests", std::to_string(requests));
+  RecordProperty("split_changed", std::to_string(total.split_changed));
+  RecordProperty("split_fallbacks", std::to_string(total.split_fallbacks));
+  RecordProperty("split_waits", std::to_string(total.split_waits));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SplitNeverErrs,
+                         ::testing::Values(SplitCase{"strict", 1500, 400},
+                                           SplitCase{"lease, lease: {size: 10}", 300, 60}),
+                         [](const auto& info) {
+                           return std::string(info.param.mode).substr(0, 6) == "strict"
+                                      ? "strict"
+                                      : "lease";
+                         });
 
 }  // namespace
 }  // namespace limiter

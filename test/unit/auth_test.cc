@@ -522,24 +522,37 @@ TEST_F(SubBucketForgeryTest, WithTheSecretOnlyATokenFromTheKeysOwnerOpensASubBuc
            {"another secret", epoch, forged, "not made for this split"},
            {"another key's", epoch, other_key, "not made for this split"},
            {"another epoch", epoch + 1, good, "not made for this split"},
-           {"lapsed", epoch, lapsed, "lapsed"},
        }) {
     const wire::OpReply& r = OnSub(remote_key_, 4, c.epoch, c.token);
     EXPECT_EQ(r.status(), wire::Status::BadRequest) << c.name;
     EXPECT_NE(r.error()->str().find(c.expected), std::string::npos)
         << c.name << ": " << r.error()->str();
   }
-  EXPECT_EQ(Stat("split_refusals"), 5);
+  EXPECT_EQ(Stat("split_refusals"), 4);
+  // A token the owner made that has lapsed is a view out of date, not a forgery: SplitChanged
+  // (nothing charged), and the gateway asks the key's owner for its split now.
+  const wire::OpReply& late = OnSub(remote_key_, 4, epoch, lapsed);
+  EXPECT_EQ(late.status(), wire::Status::SplitChanged);
+  EXPECT_FALSE(late.allowed());
+  EXPECT_EQ(late.split_k(), 0);
+  EXPECT_NE(late.error()->str().find("lapsed"), std::string::npos) << late.error()->str();
+  EXPECT_NE(late.error()->str().find("ask the key's owner"), std::string::npos);
+  EXPECT_EQ(Stat("split_refusals"), 4);
+  EXPECT_EQ(Stat("split_changed"), 1);
 }
 
 TEST_F(SubBucketForgeryTest, TheKeysOwnerAcceptsOnlyASplitItHas) {
   Start(NodeOptions{});  // standalone: it owns the key and all its sub-buckets
   session_.authenticated = true;
-  // Never split: any split_k, index or epoch is refused.
+  // Never split: any split_k, index or epoch is a view out of date (nothing charged), and
+  // the answer says the key is not split now (split_k 0).
   for (uint32_t epoch : {0u, 1u, 99u}) {
     const wire::OpReply& r = OnSub("never", 4, epoch, {});
-    EXPECT_EQ(r.status(), wire::Status::BadRequest);
-    EXPECT_NE(r.error()->str().find("not split"), std::string::npos) << r.error()->str();
+    EXPECT_EQ(r.status(), wire::Status::SplitChanged);
+    EXPECT_FALSE(r.allowed());
+    EXPECT_EQ(r.split_k(), 0);
+    EXPECT_NE(r.error()->str().find("it is not split now"), std::string::npos)
+        << r.error()->str();
   }
   // Bad shapes are refused before that.
   EXPECT_EQ(OnSub("never", 3, 1, {}).status(), wire::Status::BadRequest);

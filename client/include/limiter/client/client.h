@@ -143,6 +143,17 @@ struct Counters {
   uint64_t deadline_misses = 0;
   uint64_t wrong_owner = 0;
   uint64_t split_redirects = 0;        // a key's owner said it is split (hot keys)
+  // A sub-bucket said this gateway's view of its split is out of date (the key merged or
+  // split again, a lapsed token, a refusal): the view was refreshed from the owner and the
+  // request tried once more within its deadline.
+  uint64_t split_changed = 0;
+  // Requests of a split key that the policy's class decided because the split could not
+  // answer: it changed again, the key was between two views while merging back, or a
+  // sub-bucket's node could not answer for it (moving, another ring).
+  uint64_t split_fallbacks = 0;
+  // Requests that waited (within their deadline) for a sub-bucket that may be new to refill:
+  // a new sub-bucket starts drained, for about a millisecond at high rates.
+  uint64_t split_waits = 0;
   uint64_t leases = 0;
   uint64_t units_leased = 0;
   uint64_t units_expired = 0;
