@@ -398,7 +398,7 @@ void Node::HandleOp(Worker& w, const wire::Op& op, const Membership& m, int64_t 
   if (r.reply.status == wire::Status::Split) {
     w.counters.split_redirects.Add();
   } else if (r.reply.status == wire::Status::SplitChanged) {
-    // counted as a split refusal, where it was refused
+    // Not an error: counted in split_changed where Resolve found the view out of date.
   } else if (r.reply.status == wire::Status::Moving) {
     w.counters.moving.Add();
   } else if (r.reply.status != wire::Status::Ok) {
