@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -129,15 +130,30 @@ bool SyncDirectoryOf(const std::string& path) {
   return ok;
 }
 
-// Writes `content` to a new file at `path` and syncs it; the descriptor, open for appends.
-int WriteNewFile(const std::string& path, std::string_view content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  if (!WriteAll(fd, content.data(), content.size()) || ::fdatasync(fd) != 0) {
-    const int err = errno;
+// Writes `content` to a new file at `path`, only for its owner, and syncs it; the descriptor,
+// open for appends and holding the journal's exclusive flock (the new file is the journal
+// once renamed, and its lock goes with it). Never follows a symlink and never reuses a file:
+// whatever is already at `path` (planted, or a rewrite's leftover) is an error naming it.
+Result<int> WriteNewFile(const std::string& path, std::string_view content) {
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST || errno == ELOOP) {
+      return Error{path + " exists already (a file or a symlink this journal did not make); " +
+                   "it is neither followed nor replaced"};
+    }
+    return Error{Errno(path)};
+  }
+  std::string why;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    why = Errno("flock " + path);
+  } else if (!WriteAll(fd, content.data(), content.size()) || ::fdatasync(fd) != 0) {
+    why = Errno(path);
+  }
+  if (!why.empty()) {
     ::close(fd);
-    errno = err;
-    return -1;
+    ::unlink(path.c_str());  // this call made it
+    return Error{why};
   }
   return fd;
 }
@@ -277,6 +293,11 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
   Parsed out;
   if (file.empty()) return out;  // made empty (touch): a new journal
   if (file.size() < BillingJournal::kHeaderBytes) {
+    // Created, and killed while its header was written: a new journal.
+    if (Header().starts_with(file)) {
+      out.torn = "a torn header (" + std::to_string(file.size()) + " bytes) was cut off";
+      return out;
+    }
     return error("the header is cut short (" + std::to_string(file.size()) + " of " +
                  std::to_string(BillingJournal::kHeaderBytes) + " bytes)");
   }
@@ -338,55 +359,101 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
   return out;
 }
 
-// The file's bytes; none when it does not exist.
-Result<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::string();
-    return Error{Errno("billing journal " + path + ": open")};
+// The pid that holds a flock on the file `st` describes, as /proc/locks lists it; empty when
+// it cannot be told.
+std::string LockHolder(const struct stat& st) {
+  std::FILE* f = std::fopen("/proc/locks", "re");
+  if (f == nullptr) return "";
+  std::string by_inode;  // a match of the inode alone (a file system that reports devices
+                         // differently there)
+  std::string holder;
+  char line[256];
+  while (holder.empty() && std::fgets(line, sizeof(line), f) != nullptr) {
+    char kind[16], access[16];
+    int pid = 0;
+    unsigned dev_major = 0, dev_minor = 0;
+    unsigned long inode = 0;
+    // "1: FLOCK  ADVISORY  WRITE 12401 fe:00:10953920 0 EOF"; waiters' lines have "->".
+    if (std::sscanf(line, "%*d: %15s %*15s %15s %d %x:%x:%lu", kind, access, &pid, &dev_major,
+                    &dev_minor, &inode) != 6 ||
+        std::strcmp(kind, "FLOCK") != 0 || inode != static_cast<unsigned long>(st.st_ino)) {
+      continue;
+    }
+    if (dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev)) {
+      holder = std::to_string(pid);
+    } else if (by_inode.empty()) {
+      by_inode = std::to_string(pid);
+    }
   }
+  std::fclose(f);
+  return holder.empty() ? by_inode : holder;
+}
+
+// Opens the journal for reading and appends (created, only for its owner, when missing) and
+// takes an exclusive flock on the file itself, so that every path to it (a symlink, a hard
+// link) names one writer. A file wider than 0600 (it holds key names) is tightened, with a
+// warning. The error names the file and, when it is held, the pid that holds it.
+Result<int> OpenLocked(const std::string& path) {
+  const std::string where = "billing journal " + path;
+  // A rewrite renames a new file over the path; one that lands between our open and our flock
+  // leaves us holding the replaced file, so we look again (a few times: each needs a rewrite).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return Error{Errno(where + ": open")};
+    auto fail = [&](std::string why) -> Result<int> {
+      ::close(fd);
+      return Error{std::move(why)};
+    };
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return fail(Errno(where + ": fstat"));
+    if (!S_ISREG(st.st_mode)) return fail(where + ": not a regular file");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) return fail(Errno(where + ": flock"));
+      const std::string holder = LockHolder(st);
+      return fail(where + ": in use by another gateway" +
+                  (holder.empty() ? "" : " (pid " + holder + ")") +
+                  ", which holds its lock; each gateway needs its own journal");
+    }
+    struct stat now;
+    if (::stat(path.c_str(), &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+      ::close(fd);
+      continue;
+    }
+    if ((st.st_mode & 07777) != 0600) {
+      const unsigned was = st.st_mode & 07777;
+      const bool tightened = ::fchmod(fd, 0600) == 0;
+      std::fprintf(stderr,
+                   "limiter client: %s: was mode %04o; it holds key names, so it should be "
+                   "0600%s\n",
+                   where.c_str(), was,
+                   tightened ? ": tightened to 0600" : (": " + Errno("fchmod")).c_str());
+    }
+    return fd;
+  }
+  return Error{where + ": replaced while being opened, again and again"};
+}
+
+// Where rewrites go: the file the path names (a symlink to a journal stays one).
+std::string RealPath(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) return path;
+  std::string out(real);
+  std::free(real);
+  return out;
+}
+
+// Reads the whole file from its start.
+Result<std::string> ReadFrom(int fd, const std::string& path) {
   std::string bytes;
   char buf[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    const ssize_t n = ::pread(fd, buf, sizeof(buf), static_cast<off_t>(bytes.size()));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Error e{Errno("billing journal " + path + ": read")};
-      ::close(fd);
-      return e;
-    }
+    if (n < 0) return Error{Errno("billing journal " + path + ": read")};
     if (n == 0) break;
     bytes.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
   return bytes;
-}
-
-// Takes the journal's lock file; the error names who holds it.
-Result<int> Lock(const std::string& path) {
-  const std::string lock_path = path + ".lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Error{Errno("billing journal " + path + ": lock file " + lock_path)};
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
-    ::close(fd);
-    if (err == EWOULDBLOCK) {
-      std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
-      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-      return Error{"billing journal " + path + ": in use by another gateway" +
-                   (holder.empty() ? "" : " (pid " + holder + ")") + ", which holds " + lock_path +
-                   "; each gateway needs its own journal"};
-    }
-    errno = err;
-    return Error{Errno("billing journal " + path + ": flock " + lock_path)};
-  }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // Only a note for the message above; the lock is what counts.
-  }
-  return fd;
 }
 
 }  // namespace
@@ -404,44 +471,38 @@ void BillingJournal::Image::Add(uint64_t number, std::string_view policy, std::s
 Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
                                                     BillingJournalOptions options) {
   if (path.empty()) return Error{"billing journal: no path"};
-  Result<int> lock = Lock(path);
-  if (!lock) return Error{lock.error()};
-  const int lock_fd = *lock;
+  Result<int> opened = OpenLocked(path);
+  if (!opened) return Error{opened.error()};
+  const int fd = *opened;
   auto fail = [&](std::string what) -> Result<Replay> {
-    ::close(lock_fd);
+    ::close(fd);
     return Error{std::move(what)};
   };
-  Result<std::string> bytes = ReadWholeFile(path);
+  const std::string file_path = RealPath(path);
+  Result<std::string> bytes = ReadFrom(fd, path);
   if (!bytes) return fail(bytes.error());
   Result<Parsed> parsed = Parse(*bytes, path);
   if (!parsed) return fail(parsed.error());
-  // A rewrite cut short leaves its temp file: the journal itself is whole.
-  ::unlink((path + ".tmp").c_str());
-  int fd;
+  // A rewrite cut short leaves its temp file: the journal itself is whole. (unlink removes a
+  // symlink planted there, never what it points to.)
+  ::unlink((file_path + ".tmp").c_str());
   uint64_t file_bytes;
   if (parsed->good_bytes == 0) {
-    const std::string tmp = path + ".tmp";
-    fd = WriteNewFile(tmp, Header());
-    if (fd < 0 || ::rename(tmp.c_str(), path.c_str()) != 0 || !SyncDirectoryOf(path)) {
-      const std::string why = Errno("billing journal " + path + ": create");
-      if (fd >= 0) ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(why);
+    const std::string header = Header();
+    if (::ftruncate(fd, 0) != 0 || !WriteAll(fd, header.data(), header.size()) ||
+        ::fdatasync(fd) != 0 || !SyncDirectoryOf(file_path)) {
+      return fail(Errno("billing journal " + path + ": create"));
     }
     file_bytes = kHeaderBytes;
   } else {
-    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0) return fail(Errno("billing journal " + path + ": open for appends"));
     file_bytes = parsed->good_bytes;
     if (file_bytes < bytes->size() &&
         (::ftruncate(fd, static_cast<off_t>(file_bytes)) != 0 || ::fdatasync(fd) != 0)) {
-      const std::string why = Errno("billing journal " + path + ": cutting off a torn record");
-      ::close(fd);
-      return fail(why);
+      return fail(Errno("billing journal " + path + ": cutting off a torn record"));
     }
   }
   Replay replay;
-  replay.journal.reset(new BillingJournal(path, options, lock_fd, fd, file_bytes));
+  replay.journal.reset(new BillingJournal(path, file_path, options, fd, file_bytes));
   {
     BillingJournal& j = *replay.journal;
     std::lock_guard<std::mutex> guard(j.mu_);
@@ -458,11 +519,11 @@ Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
   return replay;
 }
 
-BillingJournal::BillingJournal(std::string path, BillingJournalOptions options, int lock_fd, int fd,
-                               uint64_t file_bytes)
+BillingJournal::BillingJournal(std::string path, std::string file_path,
+                               BillingJournalOptions options, int fd, uint64_t file_bytes)
     : path_(std::move(path)),
+      file_path_(std::move(file_path)),
       options_(options),
-      lock_fd_(lock_fd),
       fd_(fd),
       file_bytes_(file_bytes) {}
 
@@ -474,8 +535,7 @@ BillingJournal::~BillingJournal() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   SyncNow();
-  ::close(fd_);
-  ::close(lock_fd_);  // releases the flock
+  ::close(fd_);  // releases the flock
 }
 
 void BillingJournal::Fail(const std::string& what) {
@@ -569,10 +629,12 @@ bool BillingJournal::FinishRewrite() {
     content += image_;
     std::string().swap(image_);
   }
-  const std::string tmp = path_ + ".tmp";
+  const std::string tmp = file_path_ + ".tmp";
   auto abandon = [&](int fd, const std::string& why) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
+    if (fd >= 0) {  // this rewrite made the file: it goes (nothing else at tmp is touched)
+      ::close(fd);
+      ::unlink(tmp.c_str());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     rewriting_ = false;
     std::string().swap(captured_);
@@ -580,8 +642,9 @@ bool BillingJournal::FinishRewrite() {
     Fail("rewrite: " + why);
     return false;
   };
-  const int fd = WriteNewFile(tmp, content);
-  if (fd < 0) return abandon(-1, Errno(tmp));
+  Result<int> made = WriteNewFile(tmp, content);
+  if (!made) return abandon(-1, made.error());
+  const int fd = *made;
   int old = -1;
   std::string why;
   {
@@ -589,7 +652,7 @@ bool BillingJournal::FinishRewrite() {
     // The changes made while the image was written, then the switch: appends wait for it.
     if (!WriteAll(fd, captured_.data(), captured_.size())) {
       why = Errno(tmp);
-    } else if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+    } else if (::rename(tmp.c_str(), file_path_.c_str()) != 0) {
       why = Errno("rename " + tmp);
     } else {
       old = fd_;
@@ -604,9 +667,9 @@ bool BillingJournal::FinishRewrite() {
   if (old < 0) return abandon(fd, why);
   {
     std::lock_guard<std::mutex> lock(sync_mu_);  // not under an fdatasync of it
-    ::close(old);
+    ::close(old);  // and its flock: the new file holds one since it was made
   }
-  if (!SyncDirectoryOf(path_)) Fail(Errno("fsync of the directory after a rewrite"));
+  if (!SyncDirectoryOf(file_path_)) Fail(Errno("fsync of the directory after a rewrite"));
   rewrites_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
