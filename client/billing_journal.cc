@@ -391,8 +391,8 @@ std::string LockHolder(const struct stat& st) {
 
 // Opens the journal for reading and appends (created, only for its owner, when missing) and
 // takes an exclusive flock on the file itself, so that every path to it (a symlink, a hard
-// link) names one writer. A file wider than 0600 (it holds key names) is tightened, with a
-// warning. The error names the file and, when it is held, the pid that holds it.
+// link) names one writer. The error names the file and, when it is held, the pid that holds
+// it.
 Result<int> OpenLocked(const std::string& path) {
   const std::string where = "billing journal " + path;
   // A rewrite renames a new file over the path; one that lands between our open and our flock
@@ -419,18 +419,22 @@ Result<int> OpenLocked(const std::string& path) {
       ::close(fd);
       continue;
     }
-    if ((st.st_mode & 07777) != 0600) {
-      const unsigned was = st.st_mode & 07777;
-      const bool tightened = ::fchmod(fd, 0600) == 0;
-      std::fprintf(stderr,
-                   "limiter client: %s: was mode %04o; it holds key names, so it should be "
-                   "0600%s\n",
-                   where.c_str(), was,
-                   tightened ? ": tightened to 0600" : (": " + Errno("fchmod")).c_str());
-    }
     return fd;
   }
   return Error{where + ": replaced while being opened, again and again"};
+}
+
+// A journal wider than 0600 (it holds key names) is tightened, with a warning.
+void Tighten(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || (st.st_mode & 07777) == 0600) return;
+  const unsigned was = st.st_mode & 07777;
+  const bool tightened = ::fchmod(fd, 0600) == 0;
+  const std::string how = tightened ? "tightened to 0600" : Errno("fchmod");
+  std::fprintf(stderr,
+               "limiter client: billing journal %s: was mode %04o; it holds key names, so it "
+               "should be 0600: %s\n",
+               path.c_str(), was, how.c_str());
 }
 
 // Where rewrites go: the file the path names (a symlink to a journal stays one).
@@ -482,7 +486,8 @@ Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
   Result<std::string> bytes = ReadFrom(fd, path);
   if (!bytes) return fail(bytes.error());
   Result<Parsed> parsed = Parse(*bytes, path);
-  if (!parsed) return fail(parsed.error());
+  if (!parsed) return fail(parsed.error());  // the file is left as it was
+  Tighten(fd, path);
   // A rewrite cut short leaves its temp file: the journal itself is whole. (unlink removes a
   // symlink planted there, never what it points to.)
   ::unlink((file_path + ".tmp").c_str());

@@ -103,7 +103,7 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
     }
     const int64_t wall = shared_.clock.WallMs();
     Result<std::optional<KeyLimiter>> k = durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
-    if (!k) {  // the policy changed what the key means (its rate, its calendar)
+    if (!k) {  // the policy changed what the key means (its calendar), or a damaged record
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -178,8 +178,8 @@ class RocksStore final : public DurableStore {
     }
     Result<std::optional<KeyLimiter>> k = durable::Import(p, r, now_ms, shared_.clock.WallMs());
     if (!k) {
-      // Out of range for the policy's rate: the rate changed since (a corrupt record fails
-      // RocksDB's checksums before it gets here).
+      // No state of the policy's algorithm (a rate changed since is converted, not refused):
+      // damaged past RocksDB's checksums, or written by a broken build.
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return std::optional<KeyLimiter>();
     }

@@ -30,7 +30,9 @@
 // cannot open or finds corrupt, one locked by another process, one not written by limiterd,
 // or one of another format version. A record that cannot be read later is an error reply for
 // its key, counted; never a silent reset. A record of a policy that is gone, or whose
-// algorithm changed, is dropped and counted (the policy file changed what the key means).
+// algorithm or calendar changed, is dropped and counted (the policy file changed what the key
+// means). A limit, burst or window changed since the write converts the state to the new rate
+// (durable_record.h): a lowered limit keeps an exhausted key exhausted, never fresh.
 //
 // Thread-safety: every function may be called from any thread. Write and Erase must be
 // called with the key's stripe locked, which keeps one key's writes in order.
