@@ -1,9 +1,5 @@
 #include "client/billing_journal.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -15,8 +11,13 @@
 #include <cstring>
 #include <optional>
 
+#include "client/journal_files.h"
+
 namespace limiter {
 namespace {
+
+using journal_files::Errno;
+using journal_files::WriteAll;
 
 constexpr char kMagic[8] = {'L', 'I', 'M', 'B', 'J', 'R', 'N', 'L'};
 constexpr size_t kRecordHeaderBytes = 6;  // u32 check, u16 body length
@@ -99,63 +100,6 @@ std::string_view OpenRecord(Record& r, std::string_view policy, std::string_view
   r.Bytes(key);
   r.Bytes(tenant);
   return r.Seal();
-}
-
-bool WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-// Makes the directory entry of a rename or a new file durable.
-bool SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// Writes `content` to a new file at `path`, only for its owner, and syncs it; the descriptor,
-// open for appends and holding the journal's exclusive flock (the new file is the journal
-// once renamed, and its lock goes with it). Never follows a symlink and never reuses a file:
-// whatever is already at `path` (planted, or a rewrite's leftover) is an error naming it.
-Result<int> WriteNewFile(const std::string& path, std::string_view content) {
-  const int fd = ::open(path.c_str(),
-                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST || errno == ELOOP) {
-      return Error{path + " exists already (a file or a symlink this journal did not make); " +
-                   "it is neither followed nor replaced"};
-    }
-    return Error{Errno(path)};
-  }
-  std::string why;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    why = Errno("flock " + path);
-  } else if (!WriteAll(fd, content.data(), content.size()) || ::fdatasync(fd) != 0) {
-    why = Errno(path);
-  }
-  if (!why.empty()) {
-    ::close(fd);
-    ::unlink(path.c_str());  // this call made it
-    return Error{why};
-  }
-  return fd;
 }
 
 int64_t SteadyMs() {
@@ -359,107 +303,6 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
   return out;
 }
 
-// The pid that holds a flock on the file `st` describes, as /proc/locks lists it; empty when
-// it cannot be told.
-std::string LockHolder(const struct stat& st) {
-  std::FILE* f = std::fopen("/proc/locks", "re");
-  if (f == nullptr) return "";
-  std::string by_inode;  // a match of the inode alone (a file system that reports devices
-                         // differently there)
-  std::string holder;
-  char line[256];
-  while (holder.empty() && std::fgets(line, sizeof(line), f) != nullptr) {
-    char kind[16], access[16];
-    int pid = 0;
-    unsigned dev_major = 0, dev_minor = 0;
-    unsigned long inode = 0;
-    // "1: FLOCK  ADVISORY  WRITE 12401 fe:00:10953920 0 EOF"; waiters' lines have "->".
-    if (std::sscanf(line, "%*d: %15s %*15s %15s %d %x:%x:%lu", kind, access, &pid, &dev_major,
-                    &dev_minor, &inode) != 6 ||
-        std::strcmp(kind, "FLOCK") != 0 || inode != static_cast<unsigned long>(st.st_ino)) {
-      continue;
-    }
-    if (dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev)) {
-      holder = std::to_string(pid);
-    } else if (by_inode.empty()) {
-      by_inode = std::to_string(pid);
-    }
-  }
-  std::fclose(f);
-  return holder.empty() ? by_inode : holder;
-}
-
-// Opens the journal for reading and appends (created, only for its owner, when missing) and
-// takes an exclusive flock on the file itself, so that every path to it (a symlink, a hard
-// link) names one writer. The error names the file and, when it is held, the pid that holds
-// it.
-Result<int> OpenLocked(const std::string& path) {
-  const std::string where = "billing journal " + path;
-  // A rewrite renames a new file over the path; one that lands between our open and our flock
-  // leaves us holding the replaced file, so we look again (a few times: each needs a rewrite).
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0) return Error{Errno(where + ": open")};
-    auto fail = [&](std::string why) -> Result<int> {
-      ::close(fd);
-      return Error{std::move(why)};
-    };
-    struct stat st;
-    if (::fstat(fd, &st) != 0) return fail(Errno(where + ": fstat"));
-    if (!S_ISREG(st.st_mode)) return fail(where + ": not a regular file");
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK) return fail(Errno(where + ": flock"));
-      const std::string holder = LockHolder(st);
-      return fail(where + ": in use by another gateway" +
-                  (holder.empty() ? "" : " (pid " + holder + ")") +
-                  ", which holds its lock; each gateway needs its own journal");
-    }
-    struct stat now;
-    if (::stat(path.c_str(), &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
-      ::close(fd);
-      continue;
-    }
-    return fd;
-  }
-  return Error{where + ": replaced while being opened, again and again"};
-}
-
-// A journal wider than 0600 (it holds key names) is tightened, with a warning.
-void Tighten(int fd, const std::string& path) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || (st.st_mode & 07777) == 0600) return;
-  const unsigned was = st.st_mode & 07777;
-  const bool tightened = ::fchmod(fd, 0600) == 0;
-  const std::string how = tightened ? "tightened to 0600" : Errno("fchmod");
-  std::fprintf(stderr,
-               "limiter client: billing journal %s: was mode %04o; it holds key names, so it "
-               "should be 0600: %s\n",
-               path.c_str(), was, how.c_str());
-}
-
-// Where rewrites go: the file the path names (a symlink to a journal stays one).
-std::string RealPath(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  if (real == nullptr) return path;
-  std::string out(real);
-  std::free(real);
-  return out;
-}
-
-// Reads the whole file from its start.
-Result<std::string> ReadFrom(int fd, const std::string& path) {
-  std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::pread(fd, buf, sizeof(buf), static_cast<off_t>(bytes.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error{Errno("billing journal " + path + ": read")};
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  return bytes;
-}
-
 }  // namespace
 
 // ----- the journal -----
@@ -475,19 +318,19 @@ void BillingJournal::Image::Add(uint64_t number, std::string_view policy, std::s
 Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
                                                     BillingJournalOptions options) {
   if (path.empty()) return Error{"billing journal: no path"};
-  Result<int> opened = OpenLocked(path);
+  Result<int> opened = journal_files::OpenLocked(path);
   if (!opened) return Error{opened.error()};
   const int fd = *opened;
   auto fail = [&](std::string what) -> Result<Replay> {
     ::close(fd);
     return Error{std::move(what)};
   };
-  const std::string file_path = RealPath(path);
-  Result<std::string> bytes = ReadFrom(fd, path);
+  const std::string file_path = journal_files::RealPath(path);
+  Result<std::string> bytes = journal_files::ReadFrom(fd, path);
   if (!bytes) return fail(bytes.error());
   Result<Parsed> parsed = Parse(*bytes, path);
   if (!parsed) return fail(parsed.error());  // the file is left as it was
-  Tighten(fd, path);
+  journal_files::Tighten(fd, path);
   // A rewrite cut short leaves its temp file: the journal itself is whole. (unlink removes a
   // symlink planted there, never what it points to.)
   ::unlink((file_path + ".tmp").c_str());
@@ -495,7 +338,7 @@ Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
   if (parsed->good_bytes == 0) {
     const std::string header = Header();
     if (::ftruncate(fd, 0) != 0 || !WriteAll(fd, header.data(), header.size()) ||
-        ::fdatasync(fd) != 0 || !SyncDirectoryOf(file_path)) {
+        ::fdatasync(fd) != 0 || !journal_files::SyncDirectoryOf(file_path)) {
       return fail(Errno("billing journal " + path + ": create"));
     }
     file_bytes = kHeaderBytes;
@@ -647,7 +490,7 @@ bool BillingJournal::FinishRewrite() {
     Fail("rewrite: " + why);
     return false;
   };
-  Result<int> made = WriteNewFile(tmp, content);
+  Result<int> made = journal_files::WriteNewFile(tmp, content);
   if (!made) return abandon(-1, made.error());
   const int fd = *made;
   int old = -1;
@@ -674,7 +517,9 @@ bool BillingJournal::FinishRewrite() {
     std::lock_guard<std::mutex> lock(sync_mu_);  // not under an fdatasync of it
     ::close(old);  // and its flock: the new file holds one since it was made
   }
-  if (!SyncDirectoryOf(file_path_)) Fail(Errno("fsync of the directory after a rewrite"));
+  if (!journal_files::SyncDirectoryOf(file_path_)) {
+    Fail(Errno("fsync of the directory after a rewrite"));
+  }
   rewrites_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -187,14 +187,14 @@ int64_t Rescale(int64_t v, int64_t to, int64_t from, bool up, int64_t most) {
 
 }  // namespace
 
-void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to,
-                   std::span<int64_t> f) {
+void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to, std::span<int64_t> f) {
   const int64_t w1 = from.window_ms(), w2 = to.window_ms(), cap = to.capacity_scaled();
   switch (algorithm) {
     case Algorithm::kFixedWindow:
     case Algorithm::kSlidingWindow:
     case Algorithm::kSlidingLog:
-      return;  // counts in cost units: ImportState keeps them within the limit
+      // Counts in cost units: ImportState keeps them within the limit.
+      return;
     case Algorithm::kTokenBucket:  // tokens * W: fewer, when rounded
       if (f.size() == 2) f[0] = Rescale(f[0], w2, w1, false, cap);
       return;

@@ -44,7 +44,8 @@ Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& r
 // new window, rounded toward less allowance. Window counts and log costs are in cost units and
 // need nothing here (ImportState keeps them within the new limit). Fields that are no state of
 // `from` are left for ImportState to refuse.
-void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to, std::span<int64_t> fields);
+void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to,
+                   std::span<int64_t> fields);
 
 // Of two states of one key (a moved one, and one the receiver made meanwhile), the one that
 // admits less from now on: the larger charge in effect.

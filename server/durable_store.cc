@@ -1,11 +1,11 @@
 #include "server/durable_store.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/protocol.h"
 #include "server/durable_record.h"
 #include "server/policy_clock.h"
-#include "common/protocol.h"
 
 #ifdef LIMITER_WITH_ROCKSDB
 #include <absl/container/flat_hash_map.h>

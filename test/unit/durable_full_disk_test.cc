@@ -37,8 +37,7 @@ void Bounded(const std::string& what, int seconds, const std::string& mount_poin
   std::future<void> done = task.get_future();
   std::thread t(std::move(task));
   if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: %s did not return within %d s: it hangs\n", what.c_str(),
-                 seconds);
+    std::fprintf(stderr, "FATAL: %s did not return within %d s: it hangs\n", what.c_str(), seconds);
     ::umount2(mount_point.c_str(), MNT_DETACH);
     std::_Exit(1);
   }
@@ -71,8 +70,8 @@ class DurableFullDisk : public ::testing::Test {
     if (::mount("tmpfs", mount_.c_str(), "tmpfs", 0, "size=24m") != 0) {
       const int err = errno;
       std::filesystem::remove(mount_);
-      FAIL() << "this test mounts a tmpfs on " << mount_ << " and cannot: "
-             << std::strerror(err) << " (it needs root, or CAP_SYS_ADMIN; CI runs it as root)";
+      FAIL() << "this test mounts a tmpfs on " << mount_ << " and cannot: " << std::strerror(err)
+             << " (it needs root, or CAP_SYS_ADMIN; CI runs it as root)";
     }
     mounted_ = true;
     dir_ = mount_ + "/db";
@@ -92,8 +91,8 @@ class DurableFullDisk : public ::testing::Test {
     const Policy& p = policies_.policies()[0];
     KeyLimiter state(FixedWindow::State{clock_.NowMs() - clock_.NowMs() % 3'600'000, count});
     const DurableKeyName name{DurableKeyName::kLimit, key, ""};
-    const uint64_t seq = store_->Write(0, protocol::LimitId(p, key, ""), name, state,
-                                       clock_.NowMs());
+    const uint64_t seq =
+        store_->Write(0, protocol::LimitId(p, key, ""), name, state, clock_.NowMs());
     Bounded("waiting for a batch", 30, mount_, [&] { store_->WaitSynced(seq); });
     return seq;
   }
@@ -121,8 +120,10 @@ TEST_F(DurableFullDisk, AFullDiskFailsBatchesWithinABoundAndTheStoreResumesWhenS
   uint64_t failed = 0;
   for (int i = 0; i < 100'000 && failed == 0; ++i) {
     const uint64_t seq = WriteAndWait("k" + std::to_string(i), 1 + i % 900);
-    if (store_->Failed(seq)) failed = seq;
-    else ASSERT_TRUE(store_->Synced(seq)) << "batch " << seq << " finished neither way";
+    if (store_->Failed(seq))
+      failed = seq;
+    else
+      ASSERT_TRUE(store_->Synced(seq)) << "batch " << seq << " finished neither way";
   }
   ASSERT_NE(failed, 0u) << "no write failed on a full disk";
   const std::optional<std::string> why = store_->Unavailable();

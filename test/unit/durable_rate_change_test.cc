@@ -31,15 +31,15 @@ constexpr RateChange kChanges[] = {
 };
 
 const std::vector<std::string> kAlgorithms = {"fixed_window", "sliding_log", "sliding_window",
-                             "token_bucket", "gcra", "leaky_bucket"};
+                                              "token_bucket", "gcra",        "leaky_bucket"};
 
 Policy MakePolicy(const std::string& algorithm, int64_t limit, int64_t burst) {
   const bool bucket = algorithm == "token_bucket" || algorithm == "gcra" ||
                       algorithm == "leaky_bucket";  // the window algorithms have no burst
-  const std::string text =
-      "policies:\n  - {name: p, algorithm: " + algorithm + ", limit: " + std::to_string(limit) +
-      ", window: 10s" + (bucket ? ", burst: " + std::to_string(burst) : std::string()) +
-      ", class: contract, durable: true}\n";
+  const std::string text = "policies:\n  - {name: p, algorithm: " + algorithm +
+                           ", limit: " + std::to_string(limit) + ", window: 10s" +
+                           (bucket ? ", burst: " + std::to_string(burst) : std::string()) +
+                           ", class: contract, durable: true}\n";
   Result<PolicySet> set = ParsePolicies(text, "rate_change.yaml");
   EXPECT_TRUE(set.ok()) << set.error();
   return set.ok() ? set->policies()[0] : Policy{};
@@ -79,8 +79,7 @@ TEST_P(LoweredRate, AStateReadUnderASmallerRateIsNeverMoreGenerousAndStaysExhaus
       // the windows' realignment (whose bound, 2L in any W, state_transfer_test covers).
       const bool windows = old_policy.algorithm == Algorithm::kFixedWindow ||
                            old_policy.algorithm == Algorithm::kSlidingWindow;
-      const int64_t now =
-          7'000'000 + (windows ? t % 10'000 : static_cast<int64_t>(rng() % 1000));
+      const int64_t now = 7'000'000 + (windows ? t % 10'000 : static_cast<int64_t>(rng() % 1000));
       Result<std::optional<KeyLimiter>> read = durable::Import(new_policy, r, now, kWall);
       ASSERT_TRUE(read.ok()) << "run " << run << ": " << read.error();
       const bool was_exhausted = old_state.Available(old_policy.rate, t) == 0;

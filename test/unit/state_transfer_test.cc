@@ -174,13 +174,13 @@ TEST(StateTransfer, AmountsBeyondTheRateArriveClampedAndExhausted) {
     EXPECT_EQ((*r)->Available(rate, 1'000'000), 0) << AlgorithmName(c.algorithm);
   }
   // A full bucket's worth of tokens and more is a full bucket: fresh, as it would be.
-  Result<std::optional<KeyLimiter>> full =
-      ImportState(Algorithm::kTokenBucket, rate, std::vector<int64_t>{10 * 1000 + 1, -5}, 1'000'000);
+  Result<std::optional<KeyLimiter>> full = ImportState(
+      Algorithm::kTokenBucket, rate, std::vector<int64_t>{10 * 1000 + 1, -5}, 1'000'000);
   ASSERT_TRUE(full.ok()) << full.error();
   EXPECT_FALSE(full->has_value());
   // The log keeps its newest entries, up to the limit: room again as they leave the window.
-  Result<std::optional<KeyLimiter>> log = ImportState(
-      Algorithm::kSlidingLog, rate, std::vector<int64_t>{0, -900, 8, -5, 8}, 1'000'000);
+  Result<std::optional<KeyLimiter>> log =
+      ImportState(Algorithm::kSlidingLog, rate, std::vector<int64_t>{0, -900, 8, -5, 8}, 1'000'000);
   ASSERT_TRUE(log.ok()) << log.error();
   ASSERT_TRUE(log->has_value());
   EXPECT_EQ((*log)->Available(rate, 1'000'000 + 50), 0) << "the newest 8 and 2 of the older";
