@@ -260,13 +260,13 @@ class RocksStore final : public DurableStore {
   }
 
   bool Synced(uint64_t seq) const override {
-    if (seq > finished_.load(std::memory_order_acquire)) return false;
-    if (failed_count_.load(std::memory_order_acquire) == 0) return true;
-    return !Failed(seq);
+    return seq <= finished_.load(std::memory_order_acquire) && !Failed(seq);
   }
 
   bool Failed(uint64_t seq) const override {
-    if (failed_count_.load(std::memory_order_acquire) == 0) return false;
+    // Without the lock for every batch after the last one given up (all of them, once the
+    // disk recovered).
+    if (seq == 0 || seq > max_failed_.load(std::memory_order_acquire)) return false;
     std::lock_guard lock(mu_);
     return failed_.count(seq) != 0;
   }
@@ -512,7 +512,7 @@ class RocksStore final : public DurableStore {
       failed_.insert(seq);
       // Bounded: a connection asks about a batch only until its wake-up (below) has run.
       while (failed_.size() > kMaxFailedTracked) failed_.erase(failed_.begin());
-      failed_count_.store(failed_.size(), std::memory_order_release);
+      max_failed_.store(seq, std::memory_order_release);
     }
     finished_.store(seq, std::memory_order_release);
     auto keep = std::partition(waiters_.begin(), waiters_.end(),
@@ -661,7 +661,7 @@ class RocksStore final : public DurableStore {
   // Every batch up to this one is finished: durable, or given up (then in failed_).
   std::atomic<uint64_t> finished_{0};
   std::set<uint64_t> failed_;            // guarded by mu_: batches given up (the latest ones)
-  std::atomic<size_t> failed_count_{0};  // failed_.size(), read without mu_
+  std::atomic<uint64_t> max_failed_{0};  // the latest batch given up; 0: none
   Pending unwritten_;                    // guarded by mu_: records of batches given up
   std::atomic<bool> failing_{false};     // the last write failed and no Resume succeeded since
   std::string failure_;                  // guarded by mu_: why
