@@ -1,8 +1,5 @@
 #include "client/billing_journal.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -14,8 +11,13 @@
 #include <cstring>
 #include <optional>
 
+#include "client/journal_files.h"
+
 namespace limiter {
 namespace {
+
+using journal_files::Errno;
+using journal_files::WriteAll;
 
 constexpr char kMagic[8] = {'L', 'I', 'M', 'B', 'J', 'R', 'N', 'L'};
 constexpr size_t kRecordHeaderBytes = 6;  // u32 check, u16 body length
@@ -98,48 +100,6 @@ std::string_view OpenRecord(Record& r, std::string_view policy, std::string_view
   r.Bytes(key);
   r.Bytes(tenant);
   return r.Seal();
-}
-
-bool WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-// Makes the directory entry of a rename or a new file durable.
-bool SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// Writes `content` to a new file at `path` and syncs it; the descriptor, open for appends.
-int WriteNewFile(const std::string& path, std::string_view content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  if (!WriteAll(fd, content.data(), content.size()) || ::fdatasync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
 }
 
 int64_t SteadyMs() {
@@ -277,6 +237,11 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
   Parsed out;
   if (file.empty()) return out;  // made empty (touch): a new journal
   if (file.size() < BillingJournal::kHeaderBytes) {
+    // Created, and killed while its header was written: a new journal.
+    if (Header().starts_with(file)) {
+      out.torn = "a torn header (" + std::to_string(file.size()) + " bytes) was cut off";
+      return out;
+    }
     return error("the header is cut short (" + std::to_string(file.size()) + " of " +
                  std::to_string(BillingJournal::kHeaderBytes) + " bytes)");
   }
@@ -338,57 +303,6 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
   return out;
 }
 
-// The file's bytes; none when it does not exist.
-Result<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::string();
-    return Error{Errno("billing journal " + path + ": open")};
-  }
-  std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Error e{Errno("billing journal " + path + ": read")};
-      ::close(fd);
-      return e;
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return bytes;
-}
-
-// Takes the journal's lock file; the error names who holds it.
-Result<int> Lock(const std::string& path) {
-  const std::string lock_path = path + ".lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Error{Errno("billing journal " + path + ": lock file " + lock_path)};
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
-    ::close(fd);
-    if (err == EWOULDBLOCK) {
-      std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
-      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-      return Error{"billing journal " + path + ": in use by another gateway" +
-                   (holder.empty() ? "" : " (pid " + holder + ")") + ", which holds " + lock_path +
-                   "; each gateway needs its own journal"};
-    }
-    errno = err;
-    return Error{Errno("billing journal " + path + ": flock " + lock_path)};
-  }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // Only a note for the message above; the lock is what counts.
-  }
-  return fd;
-}
-
 }  // namespace
 
 // ----- the journal -----
@@ -404,44 +318,39 @@ void BillingJournal::Image::Add(uint64_t number, std::string_view policy, std::s
 Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
                                                     BillingJournalOptions options) {
   if (path.empty()) return Error{"billing journal: no path"};
-  Result<int> lock = Lock(path);
-  if (!lock) return Error{lock.error()};
-  const int lock_fd = *lock;
+  Result<int> opened = journal_files::OpenLocked(path);
+  if (!opened) return Error{opened.error()};
+  const int fd = *opened;
   auto fail = [&](std::string what) -> Result<Replay> {
-    ::close(lock_fd);
+    ::close(fd);
     return Error{std::move(what)};
   };
-  Result<std::string> bytes = ReadWholeFile(path);
+  const std::string file_path = journal_files::RealPath(path);
+  Result<std::string> bytes = journal_files::ReadFrom(fd, path);
   if (!bytes) return fail(bytes.error());
   Result<Parsed> parsed = Parse(*bytes, path);
-  if (!parsed) return fail(parsed.error());
-  // A rewrite cut short leaves its temp file: the journal itself is whole.
-  ::unlink((path + ".tmp").c_str());
-  int fd;
+  if (!parsed) return fail(parsed.error());  // the file is left as it was
+  journal_files::Tighten(fd, path);
+  // A rewrite cut short leaves its temp file: the journal itself is whole. (unlink removes a
+  // symlink planted there, never what it points to.)
+  ::unlink((file_path + ".tmp").c_str());
   uint64_t file_bytes;
   if (parsed->good_bytes == 0) {
-    const std::string tmp = path + ".tmp";
-    fd = WriteNewFile(tmp, Header());
-    if (fd < 0 || ::rename(tmp.c_str(), path.c_str()) != 0 || !SyncDirectoryOf(path)) {
-      const std::string why = Errno("billing journal " + path + ": create");
-      if (fd >= 0) ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(why);
+    const std::string header = Header();
+    if (::ftruncate(fd, 0) != 0 || !WriteAll(fd, header.data(), header.size()) ||
+        ::fdatasync(fd) != 0 || !journal_files::SyncDirectoryOf(file_path)) {
+      return fail(Errno("billing journal " + path + ": create"));
     }
     file_bytes = kHeaderBytes;
   } else {
-    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0) return fail(Errno("billing journal " + path + ": open for appends"));
     file_bytes = parsed->good_bytes;
     if (file_bytes < bytes->size() &&
         (::ftruncate(fd, static_cast<off_t>(file_bytes)) != 0 || ::fdatasync(fd) != 0)) {
-      const std::string why = Errno("billing journal " + path + ": cutting off a torn record");
-      ::close(fd);
-      return fail(why);
+      return fail(Errno("billing journal " + path + ": cutting off a torn record"));
     }
   }
   Replay replay;
-  replay.journal.reset(new BillingJournal(path, options, lock_fd, fd, file_bytes));
+  replay.journal.reset(new BillingJournal(path, file_path, options, fd, file_bytes));
   {
     BillingJournal& j = *replay.journal;
     std::lock_guard<std::mutex> guard(j.mu_);
@@ -458,11 +367,11 @@ Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
   return replay;
 }
 
-BillingJournal::BillingJournal(std::string path, BillingJournalOptions options, int lock_fd, int fd,
-                               uint64_t file_bytes)
+BillingJournal::BillingJournal(std::string path, std::string file_path,
+                               BillingJournalOptions options, int fd, uint64_t file_bytes)
     : path_(std::move(path)),
+      file_path_(std::move(file_path)),
       options_(options),
-      lock_fd_(lock_fd),
       fd_(fd),
       file_bytes_(file_bytes) {}
 
@@ -474,8 +383,7 @@ BillingJournal::~BillingJournal() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   SyncNow();
-  ::close(fd_);
-  ::close(lock_fd_);  // releases the flock
+  ::close(fd_);  // releases the flock
 }
 
 void BillingJournal::Fail(const std::string& what) {
@@ -569,10 +477,12 @@ bool BillingJournal::FinishRewrite() {
     content += image_;
     std::string().swap(image_);
   }
-  const std::string tmp = path_ + ".tmp";
+  const std::string tmp = file_path_ + ".tmp";
   auto abandon = [&](int fd, const std::string& why) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
+    if (fd >= 0) {  // this rewrite made the file: it goes (nothing else at tmp is touched)
+      ::close(fd);
+      ::unlink(tmp.c_str());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     rewriting_ = false;
     std::string().swap(captured_);
@@ -580,8 +490,9 @@ bool BillingJournal::FinishRewrite() {
     Fail("rewrite: " + why);
     return false;
   };
-  const int fd = WriteNewFile(tmp, content);
-  if (fd < 0) return abandon(-1, Errno(tmp));
+  Result<int> made = journal_files::WriteNewFile(tmp, content);
+  if (!made) return abandon(-1, made.error());
+  const int fd = *made;
   int old = -1;
   std::string why;
   {
@@ -589,7 +500,7 @@ bool BillingJournal::FinishRewrite() {
     // The changes made while the image was written, then the switch: appends wait for it.
     if (!WriteAll(fd, captured_.data(), captured_.size())) {
       why = Errno(tmp);
-    } else if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+    } else if (::rename(tmp.c_str(), file_path_.c_str()) != 0) {
       why = Errno("rename " + tmp);
     } else {
       old = fd_;
@@ -604,9 +515,11 @@ bool BillingJournal::FinishRewrite() {
   if (old < 0) return abandon(fd, why);
   {
     std::lock_guard<std::mutex> lock(sync_mu_);  // not under an fdatasync of it
-    ::close(old);
+    ::close(old);  // and its flock: the new file holds one since it was made
   }
-  if (!SyncDirectoryOf(path_)) Fail(Errno("fsync of the directory after a rewrite"));
+  if (!journal_files::SyncDirectoryOf(file_path_)) {
+    Fail(Errno("fsync of the directory after a rewrite"));
+  }
   rewrites_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

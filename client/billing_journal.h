@@ -11,10 +11,18 @@
 // process killed while writing it, or a machine crash's zero-filled tail) is ignored and cut
 // off; anything else malformed is an error naming the file and the offset. The file is
 // rewritten to the live debts (a temp file, fdatasync, rename, fsync of the directory) when
-// it is compact_factor times larger than they need and at least compact_min_bytes.
+// it is compact_factor times larger than they need and at least compact_min_bytes. A rewrite
+// goes to the file the path names (a symlink to the journal stays one) through
+// "<file>.tmp", which is created new (O_EXCL | O_NOFOLLOW): anything already there is an
+// error naming it, never followed or reused.
 //
-// One writer: Open holds an exclusive flock on "<path>.lock" for as long as the journal is
-// open; a second gateway on the same path gets an error naming the pid that holds it.
+// The journal and its temp file are 0600 (they hold key names); an existing journal of wider
+// mode is tightened to 0600, with a warning on stderr.
+//
+// One writer: Open holds an exclusive flock on the journal file itself for as long as it is
+// open, so every path to it (a symlink, a hard link) is the same writer; a rewrite's new file
+// is locked before it is renamed into place. A second Open gets an error naming the pid that
+// holds the lock (as /proc/locks lists it).
 //
 // Format, version 1, little endian:
 //   header  "LIMBJRNL", u32 version, u32 check (xxh3-64 of the 12 bytes before it, low half)
@@ -130,22 +138,22 @@ class BillingJournal {
   std::string last_error() const;
 
  private:
-  BillingJournal(std::string path, BillingJournalOptions options, int lock_fd, int fd,
+  BillingJournal(std::string path, std::string file_path, BillingJournalOptions options, int fd,
                  uint64_t file_bytes);
   void Append(const char* data, size_t size, uint64_t number, int64_t live_delta_bytes);
   bool RewriteDueLocked() const;
   void Fail(const std::string& what);  // counts and logs an I/O failure
   void Run();
 
-  const std::string path_;
+  const std::string path_;       // as given, for messages
+  const std::string file_path_;  // the file it names (symlinks resolved at Open): rewrites
   const BillingJournalOptions options_;
-  const int lock_fd_;
   std::atomic<uint64_t> errors_{0}, rewrites_{0};
   mutable std::mutex error_mu_;
   std::string last_error_;  // guarded by error_mu_
 
   mutable std::mutex mu_;
-  int fd_;                 // guarded by mu_; switched by Finish
+  int fd_;                 // guarded by mu_; switched by Finish; holds the flock
   uint64_t file_bytes_;    // guarded by mu_
   bool unsynced_ = false;  // guarded by mu_
   bool broken_ = false;    // a write failed: appends wait for the next rewrite; guarded by mu_

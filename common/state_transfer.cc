@@ -49,15 +49,18 @@ Imported ImportWindow(Algorithm a, const Rate& rate, Fields f, int64_t now) {
   const int64_t start = now - now % w;  // the receiver's current window
   if (a == Algorithm::kFixedWindow) {
     if (f.size() != 2) return Bad("count: a fixed window has 2, got " + std::to_string(f.size()));
-    if (!InRange(f[1], 0, rate.limit())) return Bad("count: out of range");
+    if (f[1] < 0) return Bad("count: out of range");
     if (WindowsPassed(f[0], w) >= 1 || f[1] == 0) return std::optional<KeyLimiter>();
-    return std::optional<KeyLimiter>(KeyLimiter(FixedWindow::State{start, f[1]}));
+    return std::optional<KeyLimiter>(
+        KeyLimiter(FixedWindow::State{start, std::min(f[1], rate.limit())}));
   }
   if (f.size() != 3) return Bad("count: a sliding window has 3, got " + std::to_string(f.size()));
-  if (!InRange(f[1], 0, rate.limit()) || !InRange(f[2], 0, rate.limit())) {
-    return Bad("count: out of range");
-  }
-  SlidingWindow::State s{start, static_cast<uint32_t>(f[2]), static_cast<uint32_t>(f[1])};
+  if (f[1] < 0 || f[2] < 0) return Bad("count: out of range");
+  // Counts over the limit (written under a higher one) are the limit: exhausted. Clamping each
+  // count admits no more than the old counts did under the old limit (docs: see README,
+  // Durability).
+  SlidingWindow::State s{start, static_cast<uint32_t>(std::min(f[2], rate.limit())),
+                         static_cast<uint32_t>(std::min(f[1], rate.limit()))};
   switch (WindowsPassed(f[0], w)) {
     case 0: break;
     case 1: s.prev = s.curr; s.curr = 0; break;
@@ -79,12 +82,24 @@ Imported ImportLog(const Rate& rate, Fields f, int64_t now) {
   for (size_t i = 1; i < f.size(); i += 2) {
     const int64_t t = f[i], cost = f[i + 1];
     if (t <= last || t > 0) return Bad("entry " + std::to_string(i / 2) + ": time out of order");
-    if (!InRange(cost, 1, rate.limit()) || s.total + cost > rate.limit()) {
-      return Bad("entry " + std::to_string(i / 2) + ": cost out of range");
-    }
+    if (cost < 1) return Bad("entry " + std::to_string(i / 2) + ": cost out of range");
     last = t;
-    if (t <= -w) continue;  // left the window in flight
-    s.entries.push_back({now + t, cost});
+  }
+  // More than the limit in the log (written under a higher one): the newest entries up to the
+  // limit are kept, the oldest of them cut to fit. The entries in the window at any later time
+  // are the newest ones, so the log then holds min(what it held, L): exhausted as long as the
+  // old one would have been, and never more room than the old one had.
+  size_t first = f.size();  // the oldest entry kept
+  int64_t room = rate.limit(), first_cost = 0;
+  for (size_t i = f.size() - 2; i >= 1 && i < f.size() && room > 0; i -= 2) {
+    if (f[i] <= -w) break;  // left the window in flight, as did every older one
+    first = i;
+    first_cost = std::min(f[i + 1], room);
+    room -= first_cost;
+  }
+  for (size_t i = first; i < f.size(); i += 2) {
+    const int64_t cost = i == first ? first_cost : f[i + 1];
+    s.entries.push_back({now + f[i], cost});
     s.total += cost;
   }
   if (s.entries.empty()) return std::optional<KeyLimiter>();
@@ -129,27 +144,77 @@ Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& r
       return ImportLog(rate, f, now);
     case Algorithm::kTokenBucket:
       if (f.size() != 2) return Bad("count: a token bucket has 2, got " + std::to_string(f.size()));
-      if (!InRange(f[0], 0, cap)) return Bad("tokens: out of range");
+      if (f[0] < 0) return Bad("tokens: out of range");
       if (!InRange(f[1], -far, 0)) return Bad("last: out of range");
-      k.emplace(TokenBucket::State{f[0], now + f[1]});
+      k.emplace(TokenBucket::State{std::min(f[0], cap), now + f[1]});  // at most a full bucket
       break;
     case Algorithm::kGcra:
       if (f.size() != 2) return Bad("count: GCRA has 2, got " + std::to_string(f.size()));
-      // At most B*W/L (+1) ahead: checked before InEffect multiplies it by L.
-      if (!InRange(f[0], -far, cap / rate.limit() + 1)) return Bad("tat: out of range");
+      // Beyond B*W/L ahead (a state written under a higher burst or a lower rate): the
+      // furthest a state of this rate can be, exhausted. Checked before InEffect multiplies
+      // the offset by L; what no state of any rate has is an error.
+      if (!InRange(f[0], -far, far)) return Bad("tat: out of range");
       if (!InRange(f[1], 0, rate.limit() - 1)) return Bad("tat_frac: out of range");
-      k.emplace(Gcra::State{now + f[0], f[1]});
-      if (k->InEffect(rate, now) > cap) return Bad("tat: beyond the burst");
+      if (f[0] > cap / rate.limit() + 1) {
+        k.emplace(Gcra::State{now + cap / rate.limit(), cap % rate.limit()});
+      } else {
+        k.emplace(Gcra::State{now + f[0], f[1]});
+        if (k->InEffect(rate, now) > cap) {
+          k.emplace(Gcra::State{now + cap / rate.limit(), cap % rate.limit()});
+        }
+      }
       break;
     case Algorithm::kLeakyBucket:
       if (f.size() != 2) return Bad("count: a leaky bucket has 2, got " + std::to_string(f.size()));
-      if (!InRange(f[0], 0, cap)) return Bad("level: out of range");
+      if (f[0] < 0) return Bad("level: out of range");
       if (!InRange(f[1], -far, 0)) return Bad("last: out of range");
-      k.emplace(LeakyBucket::State{f[0], now + f[1]});
+      k.emplace(LeakyBucket::State{std::min(f[0], cap), now + f[1]});  // at most full
       break;
   }
   if (!k || k->IsFresh(rate, now)) return std::optional<KeyLimiter>();
   return k;
+}
+
+namespace {
+
+// v * to / from, rounded down (up: when up); saturated at `most`.
+int64_t Rescale(int64_t v, int64_t to, int64_t from, bool up, int64_t most) {
+  if (v <= 0) return v;
+  const __int128 n = static_cast<__int128>(v) * to;
+  const __int128 q = up ? (n + from - 1) / from : n / from;
+  return q > most ? most : static_cast<int64_t>(q);
+}
+
+}  // namespace
+
+void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to, std::span<int64_t> f) {
+  const int64_t w1 = from.window_ms(), w2 = to.window_ms(), cap = to.capacity_scaled();
+  switch (algorithm) {
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindow:
+    case Algorithm::kSlidingLog:
+      // Counts in cost units: ImportState keeps them within the limit.
+      return;
+    case Algorithm::kTokenBucket:  // tokens * W: fewer, when rounded
+      if (f.size() == 2) f[0] = Rescale(f[0], w2, w1, false, cap);
+      return;
+    case Algorithm::kLeakyBucket:  // level * W: higher, when rounded
+      if (f.size() == 2) f[0] = Rescale(f[0], w2, w1, true, cap);
+      return;
+    case Algorithm::kGcra: {
+      // The missing tokens * W, (TAT - now) * L + frac: rescaled, rounded up, and written as
+      // a TAT at the new rate. A TAT in the past is fresh at any rate.
+      if (f.size() != 2 || f[0] < 0 || f[1] < 0 || f[1] >= from.limit() ||
+          f[0] > 2 * (from.window_ms() + 1) * (from.burst() + 1)) {
+        return;  // not a state of `from`: ImportState says what is wrong
+      }
+      const int64_t missing = f[0] * from.limit() + f[1];
+      const int64_t m = Rescale(missing, w2, w1, true, cap);
+      f[0] = m / to.limit();
+      f[1] = m % to.limit();
+      return;
+    }
+  }
 }
 
 KeyLimiter StricterOf(const Rate& rate, KeyLimiter a, KeyLimiter b, int64_t now_ms) {

@@ -28,11 +28,24 @@ namespace limiter {
 void ExportState(const KeyLimiter& state, int64_t now_ms, std::vector<int64_t>& out);
 
 // The state the fields describe, on a node whose clock reads now_ms; nullopt when it is
-// fresh by now (a window that has passed). An error, naming the field, when the fields are not
-// a state of `algorithm` at `rate` (wrong count, a value out of range): they came from the
-// network.
+// fresh by now (a window that has passed). Amounts beyond what `rate` holds (a count over the
+// limit, tokens or a level over the burst, a GCRA TAT further ahead than the burst allows: a
+// state written under a higher limit or burst) are clamped to it, so the key is exhausted at
+// this rate and never admits more than it did; the same fields under the same rate come back
+// unchanged. An error, naming the field, when the fields are no state of `algorithm` at all
+// (wrong count, a negative amount, a time out of order or out of range): they came from the
+// network or the disk.
 Result<std::optional<KeyLimiter>> ImportState(Algorithm algorithm, const Rate& rate,
                                               std::span<const int64_t> fields, int64_t now_ms);
+
+// Fields ExportState wrote under `from`, rewritten in place as fields under `to` (the policy
+// changed between the write and the read) that decide no more generously from then on:
+// a bucket's tokens and a GCRA's missing tokens are scaled by W, so they are rescaled to the
+// new window, rounded toward less allowance. Window counts and log costs are in cost units and
+// need nothing here (ImportState keeps them within the new limit). Fields that are no state of
+// `from` are left for ImportState to refuse.
+void ConvertFields(Algorithm algorithm, const Rate& from, const Rate& to,
+                   std::span<int64_t> fields);
 
 // Of two states of one key (a moved one, and one the receiver made meanwhile), the one that
 // admits less from now on: the larger charge in effect.

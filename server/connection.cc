@@ -338,6 +338,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     while (!held_.empty() && durable.Synced(held_.front().seq)) held_.pop_front();
     if (held_.empty()) return pending_.size();
     if (held_.front().start > 0) return held_.front().start;
+    if (durable.Failed(held_.front().seq)) {
+      // Its batch could not be written: no reply from it on is acknowledged. The connection
+      // ends, so the gateway falls back by class at once (new ops get StoreError).
+      Close();
+      return 0;
+    }
     if (!sync_waiting_) {
       sync_waiting_ = true;
       durable.WhenSynced(held_.front().seq, [weak = weak_from_this(), ex = socket_.get_executor()] {

@@ -101,7 +101,7 @@ void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state
   out.clear();
   out.push_back(static_cast<char>(kFormatVersion));
   out.push_back(static_cast<char>(p.algorithm));
-  out.push_back(static_cast<char>(absolute ? kAbsolute : 0));
+  out.push_back(static_cast<char>((absolute ? kAbsolute : 0) | kWithRate));
   out.push_back(static_cast<char>(name.kind));
   const uint64_t wall = static_cast<uint64_t>(wall_ms);
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(wall >> (8 * i)));
@@ -112,6 +112,9 @@ void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state
   for (int64_t f : fields) {
     PutVarint(out, (static_cast<uint64_t>(f) << 1) ^ static_cast<uint64_t>(f >> 63));
   }
+  PutVarint(out, static_cast<uint64_t>(p.rate.limit()));
+  PutVarint(out, static_cast<uint64_t>(p.rate.window_ms()));
+  PutVarint(out, static_cast<uint64_t>(p.rate.burst()));
 }
 
 std::optional<std::string> Decode(std::string_view value, Record* r) {
@@ -140,6 +143,19 @@ std::optional<std::string> Decode(std::string_view value, Record* r) {
     if (!in.Varint(z)) return "malformed record fields";
     f = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
   }
+  if (r->flags & kWithRate) {
+    uint64_t limit = 0, window = 0, burst = 0;
+    if (!in.Varint(limit) || !in.Varint(window) || !in.Varint(burst) ||
+        limit > static_cast<uint64_t>(INT64_MAX) || window > static_cast<uint64_t>(INT64_MAX) ||
+        burst > static_cast<uint64_t>(INT64_MAX) ||
+        Rate::Invalid(static_cast<int64_t>(limit), static_cast<int64_t>(window),
+                      static_cast<int64_t>(burst))) {
+      return "malformed record rate";
+    }
+    r->limit = static_cast<int64_t>(limit);
+    r->window_ms = static_cast<int64_t>(window);
+    r->burst = static_cast<int64_t>(burst);
+  }
   if (!in.done()) return "trailing bytes in record";
   return std::nullopt;
 }
@@ -154,10 +170,11 @@ Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64
     if (r.fields.size() != 2) return Error{"calendar record: expected 2 fields"};
     const int64_t start = r.fields[0], count = r.fields[1];
     const int64_t w = p.rate.window_ms();
-    if (count < 0 || count > p.rate.limit() || start < 0 || start % w != 0) {
+    if (count < 0 || start < 0 || start % w != 0) {
       return Error{"calendar record: field out of range"};
     }
-    KeyLimiter k(FixedWindow::State{start, count});
+    // A count over a limit lowered since: the limit (the window stays used up).
+    KeyLimiter k(FixedWindow::State{start, std::min(count, p.rate.limit())});
     if (k.IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
     return std::optional<KeyLimiter>(std::move(k));
   }
@@ -167,7 +184,13 @@ Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64
   int64_t elapsed = 0;
   if (__builtin_sub_overflow(wall_ms, r.written_wall_ms, &elapsed)) elapsed = kMaxElapsedMs;
   elapsed = std::clamp<int64_t>(elapsed, 0, kMaxElapsedMs);
-  Result<std::optional<KeyLimiter>> k = ImportState(p.algorithm, p.rate, r.fields, now_ms - elapsed);
+  thread_local std::vector<int64_t> fields;
+  fields.assign(r.fields.begin(), r.fields.end());
+  if ((r.flags & kWithRate) && (r.limit != p.rate.limit() || r.window_ms != p.rate.window_ms() ||
+                                r.burst != p.rate.burst())) {
+    ConvertFields(p.algorithm, Rate(r.limit, r.window_ms, r.burst), p.rate, fields);
+  }
+  Result<std::optional<KeyLimiter>> k = ImportState(p.algorithm, p.rate, fields, now_ms - elapsed);
   if (!k) return k;
   if (*k && (*k)->IsFresh(p.rate, now_ms)) return std::optional<KeyLimiter>();
   return k;

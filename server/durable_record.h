@@ -6,7 +6,11 @@
 // are), kind u8, the write's wall-clock ms (8 bytes, little-endian), then as varints the
 // policy's name, the key and the tenant (length, bytes), the field count and the fields
 // (zigzag): the state's fields as offsets from the policy's clock at the write
-// (state_transfer.h), or a calendar window's start and count.
+// (state_transfer.h), or a calendar window's start and count; then, with flag kWithRate, the
+// policy's rate at the write as varints (limit, window ms, burst), so that a state read under
+// a changed rate is converted (ConvertFields) rather than dropped. Records written before
+// that flag existed have no rate: they are read as if written under the rate of the read,
+// and clamped to it.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,7 @@ namespace durable {
 inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr char kRecordPrefix = 'k';
 inline constexpr uint8_t kAbsolute = 1;
+inline constexpr uint8_t kWithRate = 2;
 
 struct Record {
   uint8_t version = 0;
@@ -44,6 +49,8 @@ struct Record {
   int64_t written_wall_ms = 0;
   std::string_view policy, key, tenant;  // into the value decoded
   std::vector<int64_t> fields;
+  // With kWithRate: the rate the state was written under (a valid Rate's numbers).
+  int64_t limit = 0, window_ms = 0, burst = 0;
 };
 
 std::string RecordKey(const KeyId& id);
@@ -56,8 +63,10 @@ void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state
 // Why the bytes are not a record of this format, or nullopt (then *r is filled). Any input.
 std::optional<std::string> Decode(std::string_view value, Record* r);
 // The record's state on the policy's clock reading now_ms, the wall clock reading wall_ms:
-// nullopt when it is fresh by now; an error when the fields are not a state of the policy as
-// it is now (its rate changed).
+// nullopt when it is fresh by now. Written under another rate (a limit or burst lowered or
+// raised across a restart), the state is converted to the policy's rate and never decides
+// more generously than it would have (an exhausted key stays exhausted). An error when the
+// fields are no state of the policy's algorithm (a damaged record).
 Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64_t now_ms,
                                          int64_t wall_ms);
 

@@ -4,24 +4,28 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/protocol.h"
 #include "server/durable_record.h"
 #include "server/policy_clock.h"
-#include "common/protocol.h"
 
 #ifdef LIMITER_WITH_ROCKSDB
 #include <absl/container/flat_hash_map.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #endif
@@ -60,6 +64,14 @@ const std::string kSeedKey = "mseed";
 constexpr int64_t kMetaKeys = 2;  // format and seed
 // Interval mode: records one batch may hold before the replies of further writes wait for it.
 constexpr size_t kMaxPending = 100'000;
+// A batch whose write fails is tried again for this long, then given up (its replies end
+// with an error). While the disk fails, Resume is tried this often.
+constexpr int64_t kGiveUpMs = 1000;
+constexpr int64_t kResumeEveryMs = 100;
+// The longest Flush waits (a stop: never a hang on a disk that does not answer).
+constexpr int64_t kFlushDeadlineMs = 10'000;
+// Batches given up that Failed still knows of.
+constexpr size_t kMaxFailedTracked = 4096;
 
 std::string Hex(uint64_t v) {
   static const char* kDigits = "0123456789abcdef";
@@ -67,6 +79,32 @@ std::string Hex(uint64_t v) {
   for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 15];
   return s;
 }
+
+// RocksDB's own log, to limiterd's stderr (errors only), not to a LOG file in
+// the data dir: on a full disk RocksDB's file logger fails, and Debian's RocksDB (7.8.3,
+// built with assertions) then aborts the process on its next log line, inside the write
+// that found the disk full.
+class StderrLogger final : public rocksdb::Logger {
+ public:
+  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::ERROR_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    std::fprintf(stderr, "limiterd: rocksdb: %s\n", line);
+  }
+};
+
+// Recovery from a full disk is the store's (DB::Resume every 100 ms while failing), not
+// RocksDB's own: that one (its SstFileManager's) waits until a memtable's worth (64 MB) is
+// free and refuses Resume meanwhile ("Resource busy"), so a small volume would never recover.
+class ResumeByHand final : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
 
 // Shared by the store and its compaction filter.
 struct Shared {
@@ -103,7 +141,7 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
     }
     const int64_t wall = shared_.clock.WallMs();
     Result<std::optional<KeyLimiter>> k = durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
-    if (!k) {  // the policy changed what the key means (its rate, its calendar)
+    if (!k) {  // the policy changed what the key means (its calendar), or a damaged record
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -132,8 +170,9 @@ class RocksStore final : public DurableStore {
     cv_.notify_all();
     if (committer_.joinable()) committer_.join();
     if (db_) {
-      // The memtable to an SST file: the next start need not replay the WAL.
-      db_->Flush(rocksdb::FlushOptions());
+      // The memtable to an SST file: the next start need not replay the WAL. Not on a disk
+      // that is failing (the flush would fail too; the WAL holds what was written).
+      if (!failing_.load()) db_->Flush(rocksdb::FlushOptions());
       db_->Close();
     }
   }
@@ -147,6 +186,8 @@ class RocksStore final : public DurableStore {
     o.paranoid_checks = true;
     o.compaction_filter = &filter_;
     o.max_background_jobs = 2;
+    o.info_log = std::make_shared<StderrLogger>();
+    o.listeners.push_back(std::make_shared<ResumeByHand>());
     rocksdb::BlockBasedTableOptions table;
     table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
     o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
@@ -178,8 +219,8 @@ class RocksStore final : public DurableStore {
     }
     Result<std::optional<KeyLimiter>> k = durable::Import(p, r, now_ms, shared_.clock.WallMs());
     if (!k) {
-      // Out of range for the policy's rate: the rate changed since (a corrupt record fails
-      // RocksDB's checksums before it gets here).
+      // No state of the policy's algorithm (a rate changed since is converted, not refused):
+      // damaged past RocksDB's checksums, or written by a broken build.
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return std::optional<KeyLimiter>();
     }
@@ -219,13 +260,21 @@ class RocksStore final : public DurableStore {
   }
 
   bool Synced(uint64_t seq) const override {
-    return seq <= committed_.load(std::memory_order_acquire);
+    return seq <= finished_.load(std::memory_order_acquire) && !Failed(seq);
+  }
+
+  bool Failed(uint64_t seq) const override {
+    // Without the lock for every batch after the last one given up (all of them, once the
+    // disk recovered).
+    if (seq == 0 || seq > max_failed_.load(std::memory_order_acquire)) return false;
+    std::lock_guard lock(mu_);
+    return failed_.count(seq) != 0;
   }
 
   void WhenSynced(uint64_t seq, std::function<void()> done) override {
     {
       std::lock_guard lock(mu_);
-      if (seq > committed_.load(std::memory_order_relaxed)) {
+      if (seq > finished_.load(std::memory_order_relaxed)) {
         waiters_.emplace_back(seq, std::move(done));
         return;
       }
@@ -234,9 +283,9 @@ class RocksStore final : public DurableStore {
   }
 
   void WaitSynced(uint64_t seq) override {
-    if (Synced(seq)) return;
+    if (seq <= finished_.load(std::memory_order_acquire)) return;
     std::unique_lock lock(mu_);
-    synced_cv_.wait(lock, [&] { return committed_.load() >= seq || stop_; });
+    synced_cv_.wait(lock, [&] { return finished_.load() >= seq || stop_; });
   }
 
   void Flush() override {
@@ -245,7 +294,21 @@ class RocksStore final : public DurableStore {
     const uint64_t target = pending_count_.load() > 0 ? open : open - 1;
     flush_ = true;
     cv_.notify_all();
-    synced_cv_.wait(lock, [&] { return committed_.load() >= target || stop_; });
+    // Bounded: a batch is written or given up within kGiveUpMs, but a stop must never hang
+    // on a disk that does not answer at all.
+    const bool finished = synced_cv_.wait_for(lock, std::chrono::milliseconds(kFlushDeadlineMs),
+                                              [&] { return finished_.load() >= target || stop_; });
+    if (!finished) {
+      std::cerr << "limiterd: data dir '" << options_.data_dir << "': a flush did not finish "
+                << "within " << kFlushDeadlineMs << " ms; going on without it\n";
+    }
+  }
+
+  std::optional<std::string> Unavailable() const override {
+    if (!failing_.load(std::memory_order_acquire)) return std::nullopt;
+    std::lock_guard lock(mu_);
+    return "durable store '" + options_.data_dir + "' cannot write (" + failure_ +
+           "); durable keys are refused until it can again";
   }
 
   DurabilityMode mode() const override { return options_.mode; }
@@ -261,6 +324,9 @@ class RocksStore final : public DurableStore {
     s.dropped = shared_.dropped.load(std::memory_order_relaxed);
     s.expired = shared_.expired.load(std::memory_order_relaxed);
     s.pending = pending_count_.load(std::memory_order_relaxed);
+    s.failing = failing_.load(std::memory_order_relaxed);
+    s.failed_batches = failed_batches_.load(std::memory_order_relaxed);
+    s.resumes = resumes_.load(std::memory_order_relaxed);
     uint64_t keys = 0;
     if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
       s.live_keys = std::max<int64_t>(0, static_cast<int64_t>(keys) - kMetaKeys);
@@ -289,11 +355,6 @@ class RocksStore final : public DurableStore {
   Error Fail(std::string what) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     return Error{"durable store '" + options_.data_dir + "': " + what};
-  }
-
-  bool Stopping() {
-    std::lock_guard lock(mu_);
-    return stop_;
   }
 
   // One more record (value; empty: a delete) in the open batch, in its key's shard. Returns
@@ -411,29 +472,124 @@ class RocksStore final : public DurableStore {
     return std::nullopt;
   }
 
+  // Marks the store failing (or not), with why; logged when it changes.
+  void SetFailing(const rocksdb::Status& s) {
+    {
+      std::lock_guard lock(mu_);
+      failure_ = s.ToString();
+    }
+    if (!failing_.exchange(true)) {
+      std::cerr << "limiterd: data dir '" << options_.data_dir << "': cannot write ("
+                << s.ToString() << "); ops on durable keys fail with StoreError until it can\n";
+    }
+  }
+
+  // One attempt to leave the failing state: RocksDB's Resume clears its background error
+  // (a full disk: once there is space again) and makes the database writable.
+  bool TryResume() {
+    const rocksdb::Status s = db_->Resume();
+    if (!s.ok()) {
+      std::lock_guard lock(mu_);
+      failure_ = s.ToString();
+      return false;
+    }
+    if (failing_.exchange(false)) {
+      resumes_.fetch_add(1, std::memory_order_relaxed);
+      std::cerr << "limiterd: data dir '" << options_.data_dir
+                << "': writable again; durable keys are served\n";
+    }
+    return true;
+  }
+
+  // The batch `seq` is finished: written (ok) or given up. Its replies are released; those of
+  // a batch given up see Failed(seq) and end with an error rather than an acknowledgement.
+  void Finish(std::unique_lock<std::mutex>& lock, uint64_t seq, bool ok) {
+    std::vector<std::function<void()>> ready;
+    if (ok) {
+      commits_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      failed_batches_.fetch_add(1, std::memory_order_relaxed);
+      failed_.insert(seq);
+      // Bounded: a connection asks about a batch only until its wake-up (below) has run.
+      while (failed_.size() > kMaxFailedTracked) failed_.erase(failed_.begin());
+      max_failed_.store(seq, std::memory_order_release);
+    }
+    finished_.store(seq, std::memory_order_release);
+    auto keep = std::partition(waiters_.begin(), waiters_.end(),
+                               [&](const auto& w) { return w.first > seq; });
+    for (auto it = keep; it != waiters_.end(); ++it) ready.push_back(std::move(it->second));
+    waiters_.erase(keep, waiters_.end());
+    synced_cv_.notify_all();
+    lock.unlock();
+    for (auto& done : ready) done();
+    lock.lock();
+  }
+
+  // Records of batches given up, kept to be written once the disk takes writes again (each
+  // key's latest: a later write of the key replaces it). With mu_ held.
+  void KeepUnwritten() {
+    for (Pending& taken : taken_) {
+      for (auto& [id, value] : taken) unwritten_[id] = std::move(value);
+      taken.clear();
+    }
+  }
+
   // The committer: writes what was queued as one batch with one fsync, then releases the
   // replies waiting for it. In sync mode as soon as anything is queued (what comes in during
   // a sync waits for the next: group commit); in interval mode every interval_ms.
+  //
+  // A write that fails (a full disk, an I/O error) makes the store failing: new ops on durable
+  // keys are refused at once (Unavailable), the batch is tried again (with Resume) for up to
+  // kGiveUpMs and then given up: its replies end with an error, never an acknowledgement of
+  // what is not written, and its records are kept to be written after recovery. While failing,
+  // Resume is tried every kResumeEveryMs and batches are given up at once.
   void Commit() {
     std::unique_lock lock(mu_);
     const auto interval = std::chrono::milliseconds(std::max<int64_t>(1, options_.interval_ms));
+    const auto resume_every = std::chrono::milliseconds(kResumeEveryMs);
     int64_t failures = 0;
     for (;;) {
-      if (options_.mode == DurabilityMode::kSync) {
-        cv_.wait(lock, [&] { return stop_ || pending_count_.load() > 0; });
+      const auto work = [&] { return stop_ || flush_ || pending_count_.load() > 0; };
+      if (failing_.load()) {
+        cv_.wait_for(lock, resume_every, [&] { return stop_ || flush_; });
+      } else if (options_.mode == DurabilityMode::kSync) {
+        cv_.wait(lock, work);
       } else {
         cv_.wait_for(lock, interval, [&] { return stop_ || flush_; });
       }
       flush_ = false;
-      if (pending_count_.load() == 0) {
+      if (failing_.load() && !stop_) {
+        lock.unlock();
+        TryResume();
+        lock.lock();
+      }
+      if (pending_count_.load() == 0 && (unwritten_.empty() || failing_.load())) {
         synced_cv_.notify_all();
-        if (stop_) return;
+        if (stop_) {
+          if (!unwritten_.empty()) {
+            std::cerr << "limiterd: data dir '" << options_.data_dir << "': stopping with "
+                      << unwritten_.size() << " changes not written (the disk failed)\n";
+          }
+          return;
+        }
         continue;
       }
       lock.unlock();  // shards before mu_: writers take them in that order
       uint64_t seq = 0;
-      const size_t taken_count = TakeBatch(&seq);
+      TakeBatch(&seq);
+      lock.lock();
+      for (auto& [id, value] : unwritten_) {  // older than anything taken now
+        taken_[(id.lo ^ id.hi) % kShards].try_emplace(id, std::move(value));
+      }
+      unwritten_.clear();
+      if (failing_.load()) {
+        KeepUnwritten();
+        Finish(lock, seq, false);
+        continue;
+      }
+      lock.unlock();
       rocksdb::WriteBatch batch;
+      size_t taken_count = 0;
       for (Pending& taken : taken_) {
         for (const auto& [id, value] : taken) {
           if (value.empty()) {
@@ -442,41 +598,35 @@ class RocksStore final : public DurableStore {
             batch.Put(durable::RecordKey(id), value);
           }
         }
-        taken.clear();
+        taken_count += taken.size();
       }
       rocksdb::WriteOptions w;
       w.sync = true;
       rocksdb::Status s = db_->Write(w, &batch);
-      while (!s.ok() && !Stopping()) {
-        // A disk that fails (full, gone): the replies keep waiting, the clients fall back by
-        // class; the batch is tried again, and nothing is acknowledged that is not written.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kGiveUpMs);
+      while (!s.ok()) {
         errors_.fetch_add(1, std::memory_order_relaxed);
+        SetFailing(s);
         if (failures++ % 100 == 0) {
           std::cerr << "limiterd: data dir '" << options_.data_dir
-                    << "': a commit failed, retrying: " << s.ToString() << '\n';
+                    << "': a commit failed: " << s.ToString() << '\n';
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        s = db_->Write(w, &batch);
+        {
+          std::unique_lock wait(mu_);
+          if (cv_.wait_for(wait, resume_every, [&] { return stop_; })) break;  // stopping
+        }
+        if (std::chrono::steady_clock::now() >= give_up) break;
+        if (TryResume()) s = db_->Write(w, &batch);
       }
+      lock.lock();
       if (!s.ok()) {
-        // Stopping on a disk that keeps failing: what this batch held is not acknowledged
-        // (its replies never went), and it is said.
-        std::cerr << "limiterd: data dir '" << options_.data_dir << "': stopping with "
-                  << taken_count << " changes not written: " << s.ToString() << '\n';
-        return;
+        // Given up: its replies end with an error; its records wait for the disk.
+        KeepUnwritten();
+        Finish(lock, seq, false);
+        continue;
       }
-      commits_.fetch_add(1, std::memory_order_relaxed);
-      std::vector<std::function<void()>> ready;
-      lock.lock();
-      committed_.store(seq, std::memory_order_release);
-      auto keep = std::partition(waiters_.begin(), waiters_.end(),
-                                 [&](const auto& w) { return w.first > seq; });
-      for (auto it = keep; it != waiters_.end(); ++it) ready.push_back(std::move(it->second));
-      waiters_.erase(keep, waiters_.end());
-      synced_cv_.notify_all();
-      lock.unlock();
-      for (auto& done : ready) done();
-      lock.lock();
+      for (Pending& taken : taken_) taken.clear();
+      Finish(lock, seq, true);
     }
   }
 
@@ -508,9 +658,16 @@ class RocksStore final : public DurableStore {
   bool flush_ = false;                 // guarded by mu_
   bool stop_ = false;                  // guarded by mu_
   std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;  // guarded by mu_
-  std::atomic<uint64_t> committed_{0};  // every batch up to this one is durable
+  // Every batch up to this one is finished: durable, or given up (then in failed_).
+  std::atomic<uint64_t> finished_{0};
+  std::set<uint64_t> failed_;            // guarded by mu_: batches given up (the latest ones)
+  std::atomic<uint64_t> max_failed_{0};  // the latest batch given up; 0: none
+  Pending unwritten_;                    // guarded by mu_: records of batches given up
+  std::atomic<bool> failing_{false};     // the last write failed and no Resume succeeded since
+  std::string failure_;                  // guarded by mu_: why
 
   std::atomic<int64_t> writes_{0}, commits_{0}, reads_{0}, read_hits_{0}, errors_{0};
+  std::atomic<int64_t> failed_batches_{0}, resumes_{0};
 };
 
 }  // namespace

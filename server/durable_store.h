@@ -26,11 +26,22 @@
 //     without bound.
 // Within a batch each key is written once, with its last state.
 //
+// A disk that fails (full, an I/O error): the first failed write makes the store failing.
+// Ops on durable keys are then refused with StoreError at once (Unavailable), so gateways
+// fall back by class; the batch is tried again for up to 1 s and then given up: the replies
+// waiting for it end with an error (Failed), never an acknowledgement of what was not
+// written, and its records are kept and written once the disk takes writes again. The store
+// calls RocksDB's DB::Resume every 100 ms while failing and serves durable keys again as soon
+// as it succeeds (space is back), without a restart. A stop (Flush, the destructor) never
+// waits on the disk for more than its deadline.
+//
 // Bad state stops the node at start (Open's error names the directory): a database RocksDB
 // cannot open or finds corrupt, one locked by another process, one not written by limiterd,
 // or one of another format version. A record that cannot be read later is an error reply for
 // its key, counted; never a silent reset. A record of a policy that is gone, or whose
-// algorithm changed, is dropped and counted (the policy file changed what the key means).
+// algorithm or calendar changed, is dropped and counted (the policy file changed what the key
+// means). A limit, burst or window changed since the write converts the state to the new rate
+// (durable_record.h): a lowered limit keeps an exhausted key exhausted, never fresh.
 //
 // Thread-safety: every function may be called from any thread. Write and Erase must be
 // called with the key's stripe locked, which keeps one key's writes in order.
@@ -93,14 +104,23 @@ class DurableStore {
   virtual void ForEach(const std::function<bool(const KeyId&)>& pick,
                        const std::function<void(const KeyId&, int, const KeyLimiter&)>& visit) = 0;
 
-  // Whether everything up to `seq` is durable (always, in interval mode).
+  // Whether the batch `seq` (and everything before it) is finished and durable.
   virtual bool Synced(uint64_t seq) const = 0;
-  // Runs `done` once Synced(seq), on the committer's thread (or now, on the caller's).
+  // Whether the batch `seq` was given up (its write failed for kGiveUpMs, or the store was
+  // failing): the replies that waited for it must end with an error, not an acknowledgement.
+  virtual bool Failed(uint64_t seq) const = 0;
+  // Runs `done` once the batch `seq` is finished, durable or given up (Synced or Failed), on
+  // the committer's thread (or now, on the caller's).
   virtual void WhenSynced(uint64_t seq, std::function<void()> done) = 0;
-  // Blocks until Synced(seq): for in-process callers.
+  // Blocks until the batch `seq` is finished (Synced or Failed): for in-process callers.
   virtual void WaitSynced(uint64_t seq) = 0;
-  // Writes and syncs everything queued, and returns when it is durable.
+  // Writes and syncs everything queued, and returns when it is finished (durable, or given
+  // up on a failing disk), or after a deadline of 10 s: a stop never hangs on the disk.
   virtual void Flush() = 0;
+  // Why ops on durable keys must be refused now (StoreError), or nullopt: the last write
+  // failed (a full disk, an I/O error) and the database has not resumed since. The store
+  // tries to resume by itself (RocksDB's DB::Resume) every 100 ms while failing.
+  virtual std::optional<std::string> Unavailable() const = 0;
 
   virtual DurabilityMode mode() const = 0;
   virtual const std::string& data_dir() const = 0;
@@ -114,6 +134,9 @@ class DurableStore {
     int64_t dropped = 0;         // records of a policy gone or changed, or not re-keyable
     int64_t expired = 0;         // fresh records dropped at compaction
     int64_t pending = 0;         // records queued, not yet written
+    bool failing = false;        // writes fail now (Unavailable): durable keys are refused
+    int64_t failed_batches = 0;  // batches given up: their replies ended with an error
+    int64_t resumes = 0;         // times the database became writable again after failing
     int64_t live_keys = 0;       // RocksDB's estimate (counts overwrites not yet compacted)
     int64_t disk_bytes = 0;      // SST and WAL files
   };

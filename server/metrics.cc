@@ -144,6 +144,9 @@ std::vector<std::pair<std::string, int64_t>> Node::Stats() {
     out.emplace_back("durable_pending", d.pending);
     out.emplace_back("durable_records_estimate", d.live_keys);
     out.emplace_back("durable_disk_bytes", d.disk_bytes);
+    out.emplace_back("durable_failing", d.failing ? 1 : 0);
+    out.emplace_back("durable_failed_batches", d.failed_batches);
+    out.emplace_back("durable_resumes", d.resumes);
   }
   if (regions_) {
     RegionShares::Counters& c = regions_->counters();
@@ -300,9 +303,9 @@ std::string Node::RenderMetrics() {
       {"limiter_durable_read_hits_total", "durable_read_hits", "counter",
        "Read-throughs that found a live state."},
       {"limiter_durable_errors_total", "durable_errors", "counter",
-       "Records that could not be read (answered StoreError) and failed commits (retried)."},
+       "Records that could not be read (answered StoreError) and failed commit attempts."},
       {"limiter_durable_dropped_total", "durable_dropped", "counter",
-       "Records dropped: their policy is gone or changed its algorithm or rate."},
+       "Records dropped: their policy is gone or changed its algorithm, or they are damaged."},
       {"limiter_durable_expired_total", "durable_expired", "counter",
        "Records dropped at compaction because their key was fresh again."},
       {"limiter_durable_pending", "durable_pending", "gauge",
@@ -312,6 +315,14 @@ std::string Node::RenderMetrics() {
        "compacted, so it runs above the live keys between compactions."},
       {"limiter_durable_disk_bytes", "durable_disk_bytes", "gauge",
        "Bytes of the database's SST and WAL files."},
+      {"limiter_durable_failing", "durable_failing", "gauge",
+       "1 while the database cannot write (a full disk, an I/O error): ops on durable keys are "
+       "answered StoreError until it resumes by itself; 0 otherwise."},
+      {"limiter_durable_failed_batches_total", "durable_failed_batches", "counter",
+       "Batches given up after their write failed: the replies waiting for them ended their "
+       "connection instead of being acknowledged; their records are written once it resumes."},
+      {"limiter_durable_resumes_total", "durable_resumes", "counter",
+       "Times the database became writable again after failing (RocksDB's Resume)."},
   };
   if (durable_) {
     for (const Plain& m : kDurable) {

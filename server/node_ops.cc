@@ -119,8 +119,14 @@ bool Node::Load(Worker& w, OpResult& r) {
     Entry& e = w.entries[i];
     e.slot = store_.Find(e.policy, e.id);
     e.limiter = store_.Take(e.policy, e.slot, e.now);
-    if (e.slot == nullptr && durable_policy_[static_cast<size_t>(e.policy)]) {
-      Result<std::optional<KeyLimiter>> stored = durable_->Read(e.policy, e.id, e.now);
+    if (durable_policy_[static_cast<size_t>(e.policy)]) {
+      // A durable key whose change cannot be written now (a full disk) is refused at once.
+      Result<std::optional<KeyLimiter>> stored = std::optional<KeyLimiter>();
+      if (std::optional<std::string> down = durable_->Unavailable()) {
+        stored = Error{*down};
+      } else if (e.slot == nullptr) {
+        stored = durable_->Read(e.policy, e.id, e.now);
+      }
       if (!stored) {
         for (size_t j = 0; j <= i; ++j) {
           Entry& taken = w.entries[j];

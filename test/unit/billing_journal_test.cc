@@ -1,12 +1,14 @@
 // The gateway's billing journal (client/billing_journal.h) and the bounded debts it records
 // (client/fallbacks.h): a round trip, a torn last record ignored, a corrupt record an error
-// naming the file and its offset, one writer, a rewrite that keeps exactly the live debts
+// naming the file and its offset, one writer (through every path to the file), files only for
+// their owner, a temp path never followed, a rewrite that keeps exactly the live debts
 // (and the changes made while it writes), the bound on debts, a policy gone; and, in
 // simulated time, a gateway restarted with its journal paying the owners of its keys under
 // its new ring.
 #include "client/billing_journal.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,7 +193,7 @@ TEST(BillingJournal, ACorruptRecordIsAnErrorNamingTheFileAndItsOffset) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error(), "billing journal " + path +
                            ": not a billing journal (it does not start with \"LIMBJRNL\")");
-  WriteAll(path, whole.substr(0, 7));
+  WriteAll(path, "LIMBJRX");  // short, and not the start of a header (ATornHeaderIsANewJournal)
   r = Reopen(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("the header is cut short"), std::string::npos) << r.error();
@@ -223,10 +225,136 @@ TEST(BillingJournal, OneWriterPerFile) {
   Result<BillingJournal::Replay> second = Reopen(path);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.error(), "billing journal " + path + ": in use by another gateway (pid " +
-                                std::to_string(::getpid()) + "), which holds " + path +
-                                ".lock; each gateway needs its own journal");
+                                std::to_string(::getpid()) +
+                                "), which holds its lock; each gateway needs its own journal");
   first.value().journal.reset();
   EXPECT_TRUE(Reopen(path).ok()) << "the lock goes with its holder";
+}
+
+// The lock is on the file, not on the path: a symlink or a hard link to a journal in use
+// names the same writer, and a rewrite (a new file renamed over the old) keeps the lock.
+TEST(BillingJournal, OneWriterThroughEveryPathToTheFileAndAcrossARewrite) {
+  const TempJournal file("one_file.journal");
+  const TempJournal symlink("one_file_symlink.journal");
+  const TempJournal hardlink("one_file_hardlink.journal");
+  Result<BillingJournal::Replay> first = Reopen(file.path);
+  ASSERT_TRUE(first.ok()) << first.error();
+  std::filesystem::create_symlink(file.path, symlink.path);
+  std::filesystem::create_hard_link(file.path, hardlink.path);
+  const std::string held = "in use by another gateway (pid " + std::to_string(::getpid()) + ")";
+  for (const std::string& other : {symlink.path, hardlink.path}) {
+    Result<BillingJournal::Replay> second = Reopen(other);
+    ASSERT_FALSE(second.ok()) << other << " was opened while " << file.path << " is held";
+    EXPECT_EQ(second.error(), "billing journal " + other + ": " + held +
+                                  ", which holds its lock; each gateway needs its own journal");
+  }
+  std::filesystem::remove(hardlink.path);  // the rewrite replaces the file the path names
+  BillingJournal& j = *first->journal;
+  j.Opened(1, "usage", "a", "", 5);
+  BillingJournal::Image image;
+  image.Add(1, "usage", "a", "", 5);
+  ASSERT_TRUE(j.BeginRewrite(std::move(image)));
+  ASSERT_TRUE(j.FinishRewrite()) << j.last_error();
+  for (const std::string& other : {file.path, symlink.path}) {
+    Result<BillingJournal::Replay> second = Reopen(other);
+    ASSERT_FALSE(second.ok()) << other << " was opened after a rewrite";
+    EXPECT_NE(second.error().find(held), std::string::npos) << second.error();
+  }
+  first.value().journal.reset();
+  EXPECT_TRUE(std::filesystem::is_symlink(symlink.path)) << "a rewrite keeps a symlink one";
+  EXPECT_EQ(DebtsIn(symlink.path), (std::vector<JournalDebt>{{1, "usage", "a", "", 5}}));
+}
+
+// Sets the umask for its lifetime (the files' modes must not depend on the caller's).
+struct Umask {
+  explicit Umask(mode_t m) : old(::umask(m)) {}
+  ~Umask() { ::umask(old); }
+  const mode_t old;
+};
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+TEST(BillingJournal, TheJournalIsOnlyForItsOwnerAfterOpenAndAfterARewrite) {
+  const Umask permissive(022);
+  const TempJournal file("mode.journal");
+  Result<BillingJournal::Replay> r = Reopen(file.path);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(ModeOf(file.path), 0600u);
+  BillingJournal& j = *r->journal;
+  j.Opened(1, "usage", "a", "", 5);
+  BillingJournal::Image image;
+  image.Add(1, "usage", "a", "", 5);
+  ASSERT_TRUE(j.BeginRewrite(std::move(image)));
+  ASSERT_TRUE(j.FinishRewrite()) << j.last_error();
+  EXPECT_EQ(ModeOf(file.path), 0600u) << "after a rewrite";
+}
+
+TEST(BillingJournal, AJournalOfWiderModeIsTightenedAtOpen) {
+  const TempJournal file("wide.journal");
+  {
+    Result<BillingJournal::Replay> r = Reopen(file.path);
+    ASSERT_TRUE(r.ok()) << r.error();
+    r->journal->Opened(1, "usage", "a", "", 5);
+  }
+  ASSERT_EQ(::chmod(file.path.c_str(), 0644), 0);
+  EXPECT_EQ(DebtsIn(file.path), (std::vector<JournalDebt>{{1, "usage", "a", "", 5}}));
+  EXPECT_EQ(ModeOf(file.path), 0600u);
+}
+
+// Something planted at the temp path (a symlink to a file worth keeping, or a file) is
+// neither followed nor renamed into place: the rewrite fails naming it, the target is as it
+// was, and the journal keeps every debt and takes appends.
+TEST(BillingJournal, ARewriteNeitherFollowsNorReusesWhatIsPlantedAtItsTempPath) {
+  const TempJournal file("planted.journal");
+  const TempJournal victim("planted_victim");
+  WriteAll(victim.path, "not yours\n");
+  for (const bool as_symlink : {true, false}) {
+    SCOPED_TRACE(as_symlink ? "a symlink" : "a file");
+    file.Remove();
+    Result<BillingJournal::Replay> r = Reopen(file.path);
+    ASSERT_TRUE(r.ok()) << r.error();
+    BillingJournal& j = *r->journal;
+    j.Opened(1, "usage", "a", "", 5);
+    // Rewrites go next to the file the path names (here the same file, its name normalized).
+    const std::string tmp = std::filesystem::canonical(file.path).string() + ".tmp";
+    if (as_symlink) {
+      std::filesystem::create_symlink(victim.path, tmp);
+    } else {
+      WriteAll(tmp, "planted\n");
+    }
+    BillingJournal::Image image;
+    image.Add(1, "usage", "a", "", 5);
+    ASSERT_TRUE(j.BeginRewrite(std::move(image)));
+    EXPECT_FALSE(j.FinishRewrite());
+    EXPECT_EQ(j.last_error(),
+              "rewrite: " + tmp +
+                  " exists already (a file or a symlink this journal did not make); it is "
+                  "neither followed nor replaced");
+    EXPECT_EQ(ReadAll(victim.path), "not yours\n");
+    EXPECT_EQ(std::filesystem::is_symlink(tmp), as_symlink) << "left for the operator to see";
+    EXPECT_FALSE(std::filesystem::is_symlink(file.path));
+    j.Added(1, 2);
+    r.value().journal.reset();
+    EXPECT_EQ(DebtsIn(file.path), (std::vector<JournalDebt>{{1, "usage", "a", "", 7}}));
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tmp)))
+        << "Open removes a leftover temp path (unlink: never what a symlink names)";
+    EXPECT_EQ(ReadAll(victim.path), "not yours\n");
+  }
+}
+
+// A journal created and killed while its header was written is a new journal.
+TEST(BillingJournal, ATornHeaderIsANewJournal) {
+  const TempJournal file("torn_header.journal");
+  WriteAll(file.path, "LIMBJ");
+  Result<BillingJournal::Replay> r = Reopen(file.path);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_TRUE(r->debts.empty());
+  EXPECT_EQ(r->torn, "a torn header (5 bytes) was cut off");
+  EXPECT_EQ(r->journal->file_bytes(), BillingJournal::kHeaderBytes);
 }
 
 TEST(BillingJournal, ChangesMadeDuringARewriteReachTheNewFile) {

@@ -127,19 +127,18 @@ TEST(StateTransfer, MalformedFieldsAreRefusedWithTheFieldNamed) {
   const std::vector<Bad> cases = {
       {Algorithm::kTokenBucket, {1}, "count"},
       {Algorithm::kTokenBucket, {-1, -5}, "tokens"},
-      {Algorithm::kTokenBucket, {10 * 1000 + 1, -5}, "tokens"},
       {Algorithm::kTokenBucket, {5, 7}, "last"},
       {Algorithm::kTokenBucket, {5, INT64_MIN}, "last"},
       {Algorithm::kGcra, {INT64_MAX, 0}, "tat"},
-      {Algorithm::kGcra, {5'000, 0}, "tat"},  // beyond what a burst of 10 can leave
+      {Algorithm::kGcra, {-5, -1}, "tat_frac"},
+      {Algorithm::kFixedWindow, {0, -1}, "count"},
+      {Algorithm::kSlidingWindow, {0, -1, 2}, "count"},
+      {Algorithm::kSlidingLog, {0, -5, -1}, "entry 0"},
       {Algorithm::kGcra, {10, 10}, "tat_frac"},
       {Algorithm::kLeakyBucket, {-3, 0}, "level"},
-      {Algorithm::kFixedWindow, {0, 11}, "count"},
       {Algorithm::kFixedWindow, {0, 1, 2}, "count"},
-      {Algorithm::kSlidingWindow, {0, 1, 20}, "count"},
       {Algorithm::kSlidingLog, {0, -5, 1, -6, 1}, "entry 1"},
       {Algorithm::kSlidingLog, {0, -5, 0}, "entry 0"},
-      {Algorithm::kSlidingLog, {0, -5, 8, -4, 8}, "entry 1"},
       {Algorithm::kSlidingLog, {0, -5}, "count"},
   };
   for (const Bad& c : cases) {
@@ -147,6 +146,45 @@ TEST(StateTransfer, MalformedFieldsAreRefusedWithTheFieldNamed) {
     ASSERT_FALSE(r.ok()) << AlgorithmName(c.algorithm) << " took " << c.says;
     EXPECT_NE(r.error().find(c.says), std::string::npos) << r.error();
   }
+}
+
+// Amounts beyond what the rate holds (a state written under a higher limit or burst: a
+// rollout, a policy lowered across a restart) are clamped to it: the key arrives exhausted
+// at this rate, never refused (which would make it fresh).
+TEST(StateTransfer, AmountsBeyondTheRateArriveClampedAndExhausted) {
+  const Rate rate = MakeRate(10, 1000, 10);
+  struct Over {
+    Algorithm algorithm;
+    std::vector<int64_t> fields;
+  };
+  const std::vector<Over> cases = {
+      {Algorithm::kTokenBucket, {0, -5}},  // empty: stays empty
+      {Algorithm::kGcra, {5'000, 0}},      // beyond what a burst of 10 can leave
+      {Algorithm::kGcra, {1'000, 5}},      // just beyond
+      {Algorithm::kLeakyBucket, {10 * 1000 + 1, 0}},
+      {Algorithm::kFixedWindow, {0, 11}},
+      {Algorithm::kSlidingWindow, {0, 1, 20}},
+      {Algorithm::kSlidingLog, {0, -5, 8, -4, 8}},
+      {Algorithm::kSlidingLog, {0, -5, 100}},
+  };
+  for (const Over& c : cases) {
+    Result<std::optional<KeyLimiter>> r = ImportState(c.algorithm, rate, c.fields, 1'000'000);
+    ASSERT_TRUE(r.ok()) << AlgorithmName(c.algorithm) << ": " << r.error();
+    ASSERT_TRUE(r->has_value()) << AlgorithmName(c.algorithm) << " arrived fresh";
+    EXPECT_EQ((*r)->Available(rate, 1'000'000), 0) << AlgorithmName(c.algorithm);
+  }
+  // A full bucket's worth of tokens and more is a full bucket: fresh, as it would be.
+  Result<std::optional<KeyLimiter>> full = ImportState(
+      Algorithm::kTokenBucket, rate, std::vector<int64_t>{10 * 1000 + 1, -5}, 1'000'000);
+  ASSERT_TRUE(full.ok()) << full.error();
+  EXPECT_FALSE(full->has_value());
+  // The log keeps its newest entries, up to the limit: room again as they leave the window.
+  Result<std::optional<KeyLimiter>> log =
+      ImportState(Algorithm::kSlidingLog, rate, std::vector<int64_t>{0, -900, 8, -5, 8}, 1'000'000);
+  ASSERT_TRUE(log.ok()) << log.error();
+  ASSERT_TRUE(log->has_value());
+  EXPECT_EQ((*log)->Available(rate, 1'000'000 + 50), 0) << "the newest 8 and 2 of the older";
+  EXPECT_EQ((*log)->Available(rate, 1'000'000 + 101), 2) << "the older entry's part has left";
 }
 
 TEST(StateTransfer, TheStricterOfTwoStatesIsTheOneWithMoreInEffect) {
