@@ -65,8 +65,9 @@ class DurableFullDisk : public ::testing::Test {
   void SetUp() override {
     mount_ = ::testing::TempDir() + "/limiter_full_disk_" + std::to_string(::getpid());
     std::filesystem::create_directories(mount_);
-    // Small, so that filling it takes a moment; larger than RocksDB's memtable (64 MB): its
-    // recovery from a full disk waits until that much is free.
+    // Small, so that filling it takes a moment. Smaller than RocksDB's memtable (64 MB), so
+    // its own recovery (which waits until that much is free) never would: the store's Resume
+    // must bring it back.
     if (::mount("tmpfs", mount_.c_str(), "tmpfs", 0, "size=24m") != 0) {
       const int err = errno;
       std::filesystem::remove(mount_);
