@@ -124,8 +124,12 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
     }
     const wire::Reply* r = *reply;
     if (r->ops() == nullptr || r->ops()->size() != 1) {
-      link->connection.reset();  // an error frame: the node closes the connection
-      return Error{member + ": " + (r->error() ? r->error()->str() : "no reply to the op")};
+      // An error frame: the node ends the session and applied nothing (a secret removed
+      // since this link opened, say), so a new connection tries once more. The reply lives
+      // in the connection's buffer: its text is taken before the connection goes.
+      last_error = r->error() ? r->error()->str() : "no reply to the op";
+      link->connection.reset();
+      continue;
     }
     const wire::OpReply* op = r->ops()->Get(0);
     Answer a;

@@ -186,10 +186,12 @@ void FloodWithoutReading(int fd) {
 }
 
 TEST(ReplyBudget, ConnectionsThatNeverReadAreBoundedOverTheNode) {
-  RunningNode node = StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies),
-                                "--threads", "1", "--secret-file",
-                                WriteTempFile("before_secret", kSecret + "\n"),
-                                "--reply-budget-bytes", std::to_string(16 << 20)});
+  RunningNode node = testing::Launch(
+      {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
+       WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1", "--secret-file",
+       WriteTempFile("before_secret", kSecret + "\n"), "--reply-budget-bytes",
+       std::to_string(16 << 20)},
+      testing::WithoutAsanQuarantine());
   ASSERT_FALSE(node.listen.empty());
   const int64_t before = testing::ResidentBytes(node.process->pid());
   std::vector<std::unique_ptr<NodeConnection>> readers;
