@@ -255,7 +255,7 @@ void ClientCore::OnLease(const KeyId& id, int64_t wanted, CallTries tries, const
     if (a.granted > 0) {
       splits_.NoteOpened(p, key, sub);
     } else if (std::optional<int64_t> at = WaitForNewSubBucket(
-                   p, key, sub, a, sent_us, sent_us + options_.deadline_us, tries, true)) {
+                   p, key, sub, a, sent_us + options_.deadline_us, tries, true)) {
       Settle(id, buckets_.OnRetry(id));  // the waiting requests keep their deadlines
       scheduler_.After(*at - now_us, [this, id, tries, target] { StartLease(id, tries, target); });
       return;
@@ -326,14 +326,13 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, Ca
   op.split_token = sub.token;
   op.split_token_bytes = sub.token_bytes;
   Call(target.node, std::move(op), std::min(options_.deadline_us, left),
-       [this, req, done, tries, deadline_at_us, sub, now_us](CallResult result) {
-         OnCheck(req, done, tries, deadline_at_us, sub, now_us, std::move(result));
+       [this, req, done, tries, deadline_at_us, sub](CallResult result) {
+         OnCheck(req, done, tries, deadline_at_us, sub, std::move(result));
        });
 }
 
 void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
-                         int64_t deadline_at_us, const SubBucket& sub, int64_t sent_us,
-                         CallResult result) {
+                         int64_t deadline_at_us, const SubBucket& sub, CallResult result) {
   const ResolvedRequest& r = **req;
   const OpAnswer& a = result.answer;
   if (result.status != CallStatus::kOk) return Fallback(r, std::move(*done));
@@ -385,8 +384,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, CallT
     if (a.allowed) {
       splits_.NoteOpened(*r.policy, r.key, sub);
     } else if (std::optional<int64_t> at =
-                   WaitForNewSubBucket(*r.policy, r.key, sub, a, sent_us, deadline_at_us, tries,
-                                       false)) {
+                   WaitForNewSubBucket(*r.policy, r.key, sub, a, deadline_at_us, tries, false)) {
       Target again{OwnerFor(*r.policy, r.key, r.tenant, sub), sub};
       scheduler_.After(*at - scheduler_.NowUs(),
                        [this, req, done, tries, deadline_at_us, again = std::move(again)] {
@@ -471,17 +469,20 @@ bool ClientCore::RefreshSplit(const Policy& p, std::string_view key, const SubBu
 
 std::optional<int64_t> ClientCore::WaitForNewSubBucket(const Policy& p, std::string_view key,
                                                        const SubBucket& sub, const OpAnswer& a,
-                                                       int64_t sent_us, int64_t deadline_at_us,
-                                                       CallTries& tries, bool lease) {
+                                                       int64_t deadline_at_us, CallTries& tries,
+                                                       bool lease) {
   if (tries.waited || a.retry_after_ms < 0) return std::nullopt;
   const int64_t now_us = scheduler_.NowUs();
   int64_t wait_ms = a.retry_after_ms;
   // A lease's retry_after is for the whole lease; one unit is what the requests waiting on it
   // need first.
   if (lease) wait_ms = std::min(wait_ms, OneUnitMs(p, sub.k));
-  // Room for the wait and one more round trip as long as this one's.
-  const int64_t room_us = deadline_at_us - now_us - (now_us - sent_us);
-  if (room_us <= 0 || wait_ms > (room_us - 1) / 1000) return std::nullopt;
+  // The wait must end before the deadline; the try after it gets what is left. When that is
+  // less than a round trip, the try misses the deadline and the class decides, as for any
+  // answer too late (I4); the store still decides every try that answers in time (I1).
+  // Waiting only with a whole round trip to spare denied keys within their limit by their
+  // sub-bucket's drained start whenever round trips neared half the deadline.
+  if (wait_ms * 1000 >= deadline_at_us - now_us) return std::nullopt;
   if (!splits_.MayBeNew(p, key, sub, now_us)) return std::nullopt;
   tries.waited = true;
   ClientCounters::Add(counters_.split_waits);

@@ -136,7 +136,7 @@ class ClientCore {
   void StartCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
                   int64_t deadline_at_us, Target target = {});
   void OnCheck(const SharedRequest& req, const SharedDone& done, CallTries tries,
-               int64_t deadline_at_us, const SubBucket& sub, int64_t sent_us, CallResult result);
+               int64_t deadline_at_us, const SubBucket& sub, CallResult result);
   // A request the split could not answer (counted): its class decides.
   void SplitFallback(const ResolvedRequest& r, Done done);
 
@@ -155,12 +155,12 @@ class ClientCore {
                     const OpAnswer& a, CallTries& tries);
   // After a denial (or an empty grant) by sub-bucket `sub`, or by a key whose split ended
   // (sub.k 0): when it may be new (it starts drained) and its retry_after (for a lease, the
-  // time one unit takes) fits before `deadline_at_us`, with the round trip the answer took,
-  // the time to ask it again; else nullopt.
+  // time one unit takes) ends before `deadline_at_us`, the time to ask it again (the try
+  // after it gets the time left, and falls back by class when it misses that); else nullopt.
   std::optional<int64_t> WaitForNewSubBucket(const Policy& p, std::string_view key,
                                              const SubBucket& sub, const OpAnswer& a,
-                                             int64_t sent_us, int64_t deadline_at_us,
-                                             CallTries& tries, bool lease);
+                                             int64_t deadline_at_us, CallTries& tries,
+                                             bool lease);
 
   // Sends op with a deadline; `done` runs once on the scheduler's thread. A miss counts
   // against the node's health only when the call had the whole deadline. `late`, when set,

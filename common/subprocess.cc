@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <thread>
 
 namespace limiter {
@@ -100,20 +102,50 @@ std::optional<int> Subprocess::Wait(int timeout_ms) {
   }
 }
 
-int PickFreePort() {
+namespace {
+
+// Whether a TCP port is free on 127.0.0.1 now (port 0: any); the port bound, 0 if none.
+int BindLoopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  int port = 0;
+  int bound = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   }
   ::close(fd);
-  return port;
+  return bound;
+}
+
+// The first port of the kernel's ephemeral range (ip_local_port_range), 32768 unread.
+int EphemeralStart() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  return range >> first && first > 1024 ? first : 32768;
+}
+
+}  // namespace
+
+int PickFreePort() {
+  // Below the ephemeral range: a port the kernel hands out for port 0 or to an outgoing
+  // connection's source could be taken by any socket of the machine before the caller binds
+  // it (seen: a cluster test's node refused with "Address already in use"); these are taken
+  // only by someone who names them. Random, so that tests side by side rarely meet.
+  const int low = 10000;
+  const int high = EphemeralStart() - 1;
+  if (high - low >= 1000) {
+    static thread_local std::mt19937 pick{std::random_device{}()};
+    std::uniform_int_distribution<int> port(low, high);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      if (const int p = BindLoopback(port(pick))) return p;
+    }
+  }
+  return BindLoopback(0);
 }
 
 }  // namespace limiter

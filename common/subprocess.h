@@ -39,9 +39,10 @@ class Subprocess {
   std::optional<int> status_;
 };
 
-// A TCP port free on 127.0.0.1 a moment ago (bound to port 0, read, closed), for a cluster
-// whose members must be named before they start; 0 when none could be had. Another process
-// may take it in between: callers start again on a failed bind.
+// A TCP port free on 127.0.0.1 a moment ago, for a cluster whose members must be named
+// before they start; 0 when none could be had. Picked at random below the kernel's
+// ephemeral range, so that no port-0 listener or outgoing connection takes it meanwhile;
+// another caller naming the same port still may: callers start again on a failed bind.
 int PickFreePort();
 
 }  // namespace limiter
