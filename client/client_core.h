@@ -68,6 +68,7 @@ struct CallTries {
   bool waited = false;          // a sub-bucket that may be new waited for
   bool other = false;           // another sub-bucket tried after a denial
   bool on_other = false;        // this call is that try
+  int64_t sent_us = 0;          // when this call went out (the scheduler's clock)
 };
 
 class ClientCore {
@@ -120,7 +121,7 @@ class ClientCore {
   // the owner a WrongOwner reply named, or the sub-bucket asked again).
   void StartLease(const KeyId& id, CallTries tries = {}, Target via = {});
   void OnLease(const KeyId& id, int64_t wanted, CallTries tries, const Target& target,
-               int64_t sent_us, CallResult result);
+               CallResult result);
   // A lease answered after its deadline: its units are kept, not lost (LeaseBuckets).
   void OnLateLease(const KeyId& id, const LeaseBuckets::Ask& ask, SubBucket sub,
                    const CallResult& result);
@@ -156,7 +157,8 @@ class ClientCore {
   // After a denial (or an empty grant) by sub-bucket `sub`, or by a key whose split ended
   // (sub.k 0): when it may be new (it starts drained) and its retry_after (for a lease, the
   // time one unit takes) ends before `deadline_at_us`, the time to ask it again (the try
-  // after it gets the time left, and falls back by class when it misses that); else nullopt.
+  // after it gets the time left, and falls back by class when it misses that); else nullopt,
+  // counted as a missed wait when it may be new.
   std::optional<int64_t> WaitForNewSubBucket(const Policy& p, std::string_view key,
                                              const SubBucket& sub, const OpAnswer& a,
                                              int64_t deadline_at_us, CallTries& tries,

@@ -22,6 +22,7 @@ void ClientCounters::CopyTo(client::Counters& c) const {
   c.split_changed = get(split_changed);
   c.split_fallbacks = get(split_fallbacks);
   c.split_waits = get(split_waits);
+  c.split_waits_missed = get(split_waits_missed);
   c.billing_debt_units_paid = get(billing_units_paid);
   c.billing_debt_units_dropped = 0;
   for (size_t i = 0; i < 3; ++i) {

@@ -19,6 +19,7 @@ struct ClientCounters {
   std::atomic<uint64_t> late_grants_kept{0};
   std::atomic<uint64_t> split_redirects{0}, rings_adopted{0};
   std::atomic<uint64_t> split_changed{0}, split_fallbacks{0}, split_waits{0};
+  std::atomic<uint64_t> split_waits_missed{0};
   // Billing debts: units leased back from their owners, and units admitted that will never
   // be charged, by reason (the order of client::Counters::billing_debt_units_dropped_by_reason).
   enum BillingDrop : size_t { kUnrecorded = 0, kPolicyGone = 1, kRefused = 2 };

@@ -92,6 +92,7 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
                                    {{"redirects", counters.split_redirects},
                                     {"changed", counters.split_changed},
                                     {"waits", counters.split_waits},
+                                    {"waits_missed", counters.split_waits_missed},
                                     {"fallbacks", counters.split_fallbacks}}},
                                   {"deadline_misses", counters.deadline_misses}}
                .dump()
@@ -102,7 +103,8 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
         << by_source[2] << ")\n";
     if (counters.split_redirects > 0) {
       out << "split: redirects " << counters.split_redirects << ", changed "
-          << counters.split_changed << ", waits " << counters.split_waits << ", fallbacks "
+          << counters.split_changed << ", waits " << counters.split_waits << " ("
+          << counters.split_waits_missed << " missed), fallbacks "
           << counters.split_fallbacks << "; deadline misses " << counters.deadline_misses
           << "\n";
     }

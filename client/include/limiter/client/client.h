@@ -154,6 +154,10 @@ struct Counters {
   // Requests that waited (within their deadline) for a sub-bucket that may be new to refill:
   // a new sub-bucket starts drained, for about a millisecond at high rates.
   uint64_t split_waits = 0;
+  // Denials by a sub-bucket that may be new (it starts drained) where no wait for it fitted
+  // in the deadline, or where the try after the wait was denied too: the only way a split
+  // key within its limit is denied (round trips near half the deadline).
+  uint64_t split_waits_missed = 0;
   uint64_t leases = 0;
   uint64_t units_leased = 0;
   uint64_t units_expired = 0;
