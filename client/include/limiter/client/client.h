@@ -122,8 +122,8 @@ struct Options {
   // with SIGKILL and started again with the same path pays what it owed, to the owners its
   // ring names then. Create fails when the file is malformed (the message names the offset)
   // or another process has it open. The file is rewritten when it grows to several times
-  // what the debts need. Also "<path>.lock" (the one-writer lock) and, while it is being
-  // rewritten, "<path>.tmp".
+  // what the debts need (into "<path>.tmp", renamed over it). One writer: the process holds
+  // an flock on the open file (mode 0600).
   std::string billing_journal;
   // fdatasync of the journal at most this often, off the request path: a machine crash loses
   // at most the debt changes of the last interval (and of one sync). 0: never (the OS writes
