@@ -480,7 +480,7 @@ std::optional<int64_t> ClientCore::WaitForNewSubBucket(const Policy& p, std::str
     ClientCounters::Add(counters_.split_waits_missed);
     return std::nullopt;
   };
-  if (tries.waited) return missed();  // asked again too early: its first unit is not back yet
+  if (tries.waited) return missed();  // denied after its wait too
   int64_t wait_us = a.retry_after_ms * 1000;
   // A lease's retry_after is for the whole lease; one unit is what the requests waiting on it
   // need first.
