@@ -20,11 +20,11 @@
 #include "client/client_core.h"
 #include "client/fallbacks.h"
 #include "client/request_resolver.h"
-#include "client/request_builder.h"
-#include "client/wire_convert.h"
-#include "common/frame_codec.h"
+#include "protocol/request_builder.h"
+#include "protocol/op.h"
+#include "protocol/frame_codec.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {

@@ -18,7 +18,7 @@
 #include "bench/node_load.h"
 #include "bench/redis_load.h"
 #include "bench/report_chart.h"
-#include "client/node_connection.h"
+#include "protocol/node_connection.h"
 #include "common/histogram.h"
 #include "common/policy_file.h"
 

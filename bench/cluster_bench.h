@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 
 namespace limiter::bench {
 

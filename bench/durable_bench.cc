@@ -16,12 +16,12 @@
 #include <ostream>
 #include <unordered_set>
 
-#include "client/request_builder.h"
-#include "common/auth.h"
+#include "protocol/request_builder.h"
+#include "protocol/auth.h"
 #include "common/clock.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 namespace limiter::bench {
 

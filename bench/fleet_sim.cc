@@ -18,10 +18,10 @@
 #include "bench/report_chart.h"
 #include "bench/sim_faults.h"
 #include "client/client_core.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
-#include "common/ring.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
 
 namespace limiter::bench {
 namespace {
@@ -257,10 +257,14 @@ class FleetSim {
     o.generation = generation_ - 1;
     o.join_gate = true;
     Node& joiner = net_.AddNode(members_.back(), o);
-    if (auto e = joiner.Join(previous, members_, generation_)) setup_errors_.push_back(*e);
+    if (Status e = joiner.ownership().Join(previous, members_, generation_); !e.ok()) {
+      setup_errors_.push_back(e.error());
+    }
     for (size_t n = 0; n < i; ++n) {
       if (!net_.up(n)) continue;
-      if (auto e = net_.node(n).SetMembers(members_, generation_)) setup_errors_.push_back(*e);
+      if (Status e = net_.node(n).ownership().SetMembers(members_, generation_); !e.ok()) {
+        setup_errors_.push_back(e.error());
+      }
     }
     sched_.After(1000, [this, i] {
       for (size_t n = 0; n < i; ++n) net_.RunHandoffs(n);

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "bench/node_load.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/protocol.h"
-#include "common/ring.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
+#include "protocol/wire.h"
 
 namespace limiter::bench {
 namespace {

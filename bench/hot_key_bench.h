@@ -13,7 +13,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 
 namespace limiter::bench {
 

@@ -12,7 +12,7 @@
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
 #include "bench/regions_bench.h"
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 #include "common/membership.h"
 
 int main(int argc, char** argv) {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter::bench {
 

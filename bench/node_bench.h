@@ -13,7 +13,7 @@
 
 #include "bench/durable_bench.h"
 #include "bench/load_loop.h"
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 
 namespace limiter::bench {
 

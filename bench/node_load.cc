@@ -15,10 +15,10 @@
 #include <thread>
 #include <utility>
 
-#include "common/auth.h"
-#include "common/frame_codec.h"
+#include "protocol/auth.h"
+#include "protocol/frame_codec.h"
 #include "common/read_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 namespace limiter::bench {
 namespace {

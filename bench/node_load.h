@@ -9,10 +9,10 @@
 #include <string_view>
 
 #include "bench/load_loop.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/read_buffer.h"
-#include "common/result.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/read_buffer.h"
+#include "common/status.h"
 #include "common/subprocess.h"
 
 namespace limiter::bench {

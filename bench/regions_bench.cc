@@ -19,10 +19,10 @@
 
 #include "bench/delay_proxy.h"
 #include "bench/node_load.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
 #include "common/promise_check.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "limiter/client/client.h"
 
 namespace limiter::bench {

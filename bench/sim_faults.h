@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter::bench {
 

@@ -6,10 +6,10 @@
 #include <map>
 #include <set>
 
-#include "client/request_builder.h"
-#include "client/wire_convert.h"
-#include "common/frame_codec.h"
-#include "common/wire.h"
+#include "protocol/request_builder.h"
+#include "protocol/op.h"
+#include "protocol/frame_codec.h"
+#include "protocol/wire.h"
 
 namespace limiter::bench {
 
@@ -229,7 +229,7 @@ void SimNetwork::Answer(int gateway, size_t node, std::vector<Pending> batch,
 }
 
 void SimNetwork::RunHandoffs(size_t node) {
-  const Node::HandoffSink sink = [this](const std::string& member,
+  const Handoff::Sink sink = [this](const std::string& member,
                                         std::span<const uint8_t> frame) -> int64_t {
     const std::optional<size_t> to = Find(member);
     if (!to || !nodes_[*to]->up) return -1;
@@ -243,7 +243,7 @@ void SimNetwork::RunHandoffs(size_t node) {
     return op->status() == wire::Status::Ok ? op->granted() : -1;
   };
   if (!nodes_[node]->up) return;
-  while (nodes_[node]->node->RunNextHandoff(sink, std::chrono::milliseconds(0))) {
+  while (nodes_[node]->node->handoff().RunNext(sink, std::chrono::milliseconds(0))) {
   }
 }
 

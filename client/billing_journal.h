@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "common/limits.h"
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

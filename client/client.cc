@@ -9,7 +9,7 @@
 #include "client/billing_journal.h"
 #include "client/client_core.h"
 #include "client/tcp_transport.h"
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
 

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "common/limits.h"
-#include "common/protocol.h"
+#include "protocol/rules.h"
 
 namespace limiter {
 

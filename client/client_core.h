@@ -39,7 +39,7 @@
 #include "client/split_views.h"
 #include "client/transport.h"
 #include "common/policy.h"
-#include "common/ring.h"
+#include "protocol/ring.h"
 #include "limiter/client/client.h"
 
 namespace limiter {

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "common/protocol.h"
+#include "protocol/rules.h"
 
 namespace limiter {
 namespace {

@@ -32,7 +32,7 @@
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
 #include "client/scheduler.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "limiter/client/client.h"

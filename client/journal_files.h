@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter::journal_files {
 

@@ -2,7 +2,7 @@
 
 #include "common/key_limiter.h"
 #include "common/limits.h"
-#include "common/protocol.h"
+#include "protocol/rules.h"
 
 namespace limiter {
 

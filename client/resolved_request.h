@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/policy.h"
-#include "common/protocol.h"
+#include "protocol/rules.h"
 
 namespace limiter {
 

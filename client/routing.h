@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "client/scheduler.h"
-#include "common/ring.h"
+#include "protocol/ring.h"
 
 namespace limiter {
 

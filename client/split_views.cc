@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/protocol.h"
+#include "protocol/rules.h"
 #include "common/rate.h"
 
 namespace limiter {

@@ -19,7 +19,7 @@
 
 #include "client/sub_bucket.h"
 #include "client/transport.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/policy.h"
 
 namespace limiter {

@@ -7,12 +7,12 @@
 #include <optional>
 #include <vector>
 
-#include "client/handshake.h"
-#include "client/request_builder.h"
-#include "client/wire_convert.h"
-#include "common/frame_codec.h"
-#include "common/read_buffer.h"
-#include "common/wire.h"
+#include "protocol/handshake.h"
+#include "protocol/request_builder.h"
+#include "protocol/op.h"
+#include "protocol/frame_codec.h"
+#include "protocol/read_buffer.h"
+#include "protocol/wire.h"
 
 namespace limiter {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 #include "client/transport.h"
 
 namespace asio {

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <utility>
 
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

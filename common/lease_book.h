@@ -27,7 +27,7 @@
 #include <array>
 #include <span>
 
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

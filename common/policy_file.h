@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "common/policy.h"
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

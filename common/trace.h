@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

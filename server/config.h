@@ -66,8 +66,8 @@
 #include <optional>
 #include <string>
 
-#include "common/auth.h"
-#include "common/result.h"
+#include "protocol/auth.h"
+#include "common/status.h"
 #include "server/durable_store.h"
 #include "server/node.h"
 #include "server/server.h"
@@ -112,7 +112,7 @@ struct NodeConfig {
   // ($LIMITER_SECRET_FILE, $LIMITER_SECRET). Never a flag holding the secret itself.
   std::string secret_file;
   // The peer secret's file and the key-id seed's (the environment otherwise:
-  // $LIMITER_PEER_SECRET_FILE, $LIMITER_KEY_SEED_FILE; common/auth.h).
+  // $LIMITER_PEER_SECRET_FILE, $LIMITER_KEY_SEED_FILE; protocol/auth.h).
   std::string peer_secret_file;
   std::string key_seed_file;
   int64_t secret_reload_ms = 5000;

@@ -11,7 +11,7 @@
 #include <asio.hpp>
 #include <asio/ssl/context.hpp>
 
-#include "common/read_buffer.h"
+#include "protocol/read_buffer.h"
 #include "server/durable_store.h"
 #include "server/node_certificates.h"
 
@@ -62,7 +62,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         set_(set),
         admission_(admission),
         preauth_held_(admission.preauth),
-        session_(set.node_.NewSession()) {}
+        session_(set.node_.authenticator().NewSession()) {}
 
   ~Connection() {
     if (handshaking_) EndHandshake();
@@ -128,7 +128,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else if (in_.size() > 0 && !closing_ && now - frame_started_ >= set_.frame_timeout_) {
       set_.frame_timeouts_.Add();
       Close();
-    } else if (session_.secret_tag != 0 && !set_.node_.SessionValid(session_)) {
+    } else if (session_.secret_tag != 0 && !set_.node_.authenticator().SessionValid(session_)) {
       // The secret it proved was removed: it proves the current one on a new connection.
       Node::CountersOf(set_.worker_).sessions_revoked.Add();
       Close();
@@ -227,7 +227,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool handled = false;
     size_t ops = 0;
     while (!closing_) {
-      const uint32_t max_frame = set_.node_.FrameLimit(session_);
+      const uint32_t max_frame = set_.node_.authenticator().FrameLimit(session_);
       const FrameResult frame = DecodeFrame(in_.readable(), max_frame);
       if (frame.status == FrameStatus::kNeedMore) break;
       if (ops >= kOpsPerTurn) {
@@ -436,7 +436,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (r == 1) {
       EndHandshake();
       if (set_.limits_.node_certs) {
-        Node::NoteTlsNode(session_, set_.limits_.node_certs->IsNode(ssl_.get()));
+        Authenticator::NoteTlsNode(session_, set_.limits_.node_certs->IsNode(ssl_.get()));
       }
       last_read_ = std::chrono::steady_clock::now();
       Read();
@@ -535,7 +535,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
   Admission admission_;  // its source, whether it is a peer's
   std::atomic<bool> preauth_held_;  // it holds a pre-auth slot (admission_.preauth at first)
-  Node::Session session_;
+  Session session_;
   ReadBuffer in_;
   std::vector<uint8_t> pending_;  // replies not yet handed to the socket
   std::vector<uint8_t> out_;      // the write in flight

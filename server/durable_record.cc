@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/limits.h"
-#include "common/state_transfer.h"
+#include "protocol/state_transfer.h"
 
 namespace limiter::durable {
 namespace {

@@ -19,10 +19,10 @@
 #include <string_view>
 #include <vector>
 
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
-#include "common/result.h"
+#include "common/status.h"
 
 namespace limiter {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/protocol.h"
+#include "protocol/rules.h"
 #include "server/durable_record.h"
 #include "server/policy_clock.h"
 

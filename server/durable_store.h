@@ -55,10 +55,10 @@
 #include <string_view>
 
 #include "common/clock.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
-#include "common/result.h"
+#include "common/status.h"
 #include "server/durable_record.h"
 
 namespace limiter {

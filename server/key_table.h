@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 
 namespace limiter {
 

@@ -10,9 +10,9 @@
 #include <iostream>
 #include <memory>
 
-#include "common/auth.h"
+#include "protocol/auth.h"
 #include "common/clock.h"
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
 #include "server/config.h"

@@ -1,7 +1,7 @@
 // NodeCertificates: tells a node's TLS client certificate from a gateway's, by the peer CA
 // (tls.peer_ca, --tls-peer-ca), a CA that signs node certificates only. The data port's
 // handshake accepts certificates of the client CA and of the peer CA alike; once it is done,
-// a connection whose certificate chains to the peer CA is marked a node (Node::NoteTlsNode),
+// a connection whose certificate chains to the peer CA is marked a node (Authenticator::NoteTlsNode),
 // and only such a session may step up to the peer role.
 //
 // Thread-safety: immutable once loaded; Check from any thread (OpenSSL's store is only read).
@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "common/result.h"
+#include "common/status.h"
 
 struct ssl_st;
 struct x509_store_st;

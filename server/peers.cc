@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <thread>
 
-#include "client/node_access.h"
-#include "client/node_connection.h"
+#include "protocol/node_access.h"
+#include "protocol/node_connection.h"
 #include "common/membership.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 namespace limiter {
 namespace {
@@ -99,8 +99,8 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!link->connection) {
       NodeAccess access;
-      access.secret = node_.current_secret();
-      access.peer_secret = node_.current_peer_secret();
+      access.secret = node_.authenticator().current_secret();
+      access.peer_secret = node_.authenticator().current_peer_secret();
       access.peer_name = node_.options().self;
       access.tls = tls_;
       Result<std::unique_ptr<NodeConnection>> c =
@@ -184,7 +184,7 @@ std::optional<std::string> Peers::Send(const std::string& member,
 }
 
 void Peers::Leave() {
-  const std::shared_ptr<const Node::Membership> m = node_.membership();
+  const std::shared_ptr<const ClusterRing> m = node_.membership();
   const std::string& self = node_.options().self;
   std::vector<std::string> others;
   for (const std::string& member : m->ring.members()) {
@@ -207,26 +207,26 @@ void Peers::Leave() {
     }
     for (std::thread& t : announcing) t.join();
   }
-  const int64_t sent_before = node_.handoff_counters().keys_sent.load();
-  const int64_t lost_before = node_.handoff_counters().keys_lost.load();
+  const int64_t sent_before = node_.handoff().counters().keys_sent.load();
+  const int64_t lost_before = node_.handoff().counters().keys_lost.load();
   node_.Leave(generation);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(node_.options().handoff_deadline_ms + 1000);
-  while (node_.handoffs_in_progress() > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (node_.ownership().jobs_in_progress() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // Linger a moment, answering WrongOwner with the new list: a gateway that sends this node
   // anything meanwhile learns the list here rather than from a refused connection.
   std::this_thread::sleep_for(std::chrono::milliseconds(
       std::min<int64_t>(kLingerMs, node_.options().handoff_deadline_ms)));
-  const auto& c = node_.handoff_counters();
+  const auto& c = node_.handoff().counters();
   Log("left the cluster at generation " + std::to_string(generation) + ": " +
       std::to_string(c.keys_sent.load() - sent_before) + " keys handed over, " +
       std::to_string(c.keys_lost.load() - lost_before) + " lost");
 }
 
 void Peers::Join() {
-  const std::shared_ptr<const Node::Membership> mine = node_.membership();
+  const std::shared_ptr<const ClusterRing> mine = node_.membership();
   const std::string& self = node_.options().self;
   std::optional<std::pair<std::vector<std::string>, uint64_t>> best;
   for (const std::string& member : mine->ring.members()) {
@@ -237,7 +237,7 @@ void Peers::Join() {
   }
   if (!best || best->first.empty()) {
     Log("join: no other member answered; serving by the configured list");
-    node_.OpenGate();
+    node_.ownership().OpenGate();
     return;
   }
   auto& [list, generation] = *best;
@@ -251,16 +251,16 @@ void Peers::Join() {
   }
   if (!listed) members.push_back(self);
   const uint64_t next = std::max({generation + 1, mine->generation + 1, WallClockGeneration()});
-  if (auto error = node_.Join(previous, members, next)) {
-    Log("join: " + *error);
-    node_.OpenGate();
+  if (Status joined = node_.ownership().Join(previous, members, next); !joined.ok()) {
+    Log("join: " + joined.error());
+    node_.ownership().OpenGate();
     return;
   }
   for (const std::string& member : previous) {
     if (auto error = Announce(member, /*leaving=*/false, next)) {
       // Not reachable: whatever it holds for this node does not come; those keys start fresh
       // now rather than at the deadline (the crash promise).
-      node_.Handed(member, next);
+      node_.ownership().Handed(member, next);
       Log("join: " + *error + " (its keys for this node start fresh)");
     }
   }

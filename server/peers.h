@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/result.h"
+#include "common/status.h"
 #include "common/tls_options.h"
 #include "server/node.h"
 
@@ -57,7 +57,7 @@ class Peers {
   // MemberJoins); an error when it could not or would not hear it.
   std::optional<std::string> Announce(const std::string& member, bool leaving,
                                       uint64_t generation);
-  // A Node::HandoffSink: the keys `member` took, or -1.
+  // A Handoff::Sink: the keys `member` took, or -1.
   int64_t SendHandoff(const std::string& member, std::span<const uint8_t> frame);
   // Sends a one-op Request body; an error when it was not delivered or the op failed.
   std::optional<std::string> Send(const std::string& member, std::span<const uint8_t> frame);

@@ -9,7 +9,7 @@
 
 #include "common/limits.h"
 #include "common/region_share.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 namespace limiter {
 namespace {

@@ -29,12 +29,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "common/rate.h"
-#include "common/result.h"
-#include "common/ring.h"
+#include "common/status.h"
+#include "protocol/ring.h"
 
 namespace limiter {
 

@@ -39,12 +39,12 @@ void SecretWatcher::Run() {
       last_error_.clear();
       if (!(*read == current_)) {
         current_ = std::move(read).value();
-        const std::optional<std::string> refused = kind_ == auth::SecretKind::kPeer
-                                                       ? node_.SetPeerSecrets(current_)
-                                                       : node_.SetSecrets(current_);
-        if (refused) {
+        const Status set = kind_ == auth::SecretKind::kPeer
+                               ? node_.authenticator().SetPeerSecrets(current_)
+                               : node_.authenticator().SetSecrets(current_);
+        if (!set.ok()) {
           std::fprintf(stderr, "limiterd: %s: %s (keeping the last secrets)\n", path_.c_str(),
-                       refused->c_str());
+                       set.error().c_str());
         } else {
           std::fprintf(stderr, "limiterd: %s reloaded from %s (%zu accepted)\n",
                        std::string(auth::SecretKindName(kind_)).c_str(), path_.c_str(),

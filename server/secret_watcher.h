@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "common/auth.h"
+#include "protocol/auth.h"
 
 namespace limiter {
 

@@ -13,9 +13,9 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 
-#include "common/key_id.h"
+#include "protocol/key_id.h"
 #include "common/membership.h"
-#include "common/result.h"
+#include "common/status.h"
 #include "server/admin_port.h"
 #include "server/connection.h"
 #include "server/node_certificates.h"
@@ -198,7 +198,7 @@ struct Server::Impl {
       lock.unlock();
       regions.Measure(node.NowMs());
       std::map<std::string, std::vector<RegionShares::Report>> by_region;
-      for (auto& report : regions.Reports(self, node.policy_digest(), KeyIdSeedDigest())) {
+      for (auto& report : regions.Reports(self, node.policy_table().digest(), KeyIdSeedDigest())) {
         by_region[report.region].push_back(std::move(report));
       }
       std::vector<std::thread> senders;
@@ -293,7 +293,7 @@ struct Server::Impl {
       refused.Add();
       return std::nullopt;
     }
-    a.preauth = !a.peer && !node.NewSession().authenticated;
+    a.preauth = !a.peer && !node.authenticator().NewSession().authenticated;
     if (a.preauth) {
       const int64_t most = options.max_preauth_connections > 0
                                ? options.max_preauth_connections
@@ -371,7 +371,7 @@ struct Server::Impl {
     });
     admin->Get("/readyz", [this](const AdminRequest&) {
       // Not while it waits for keys handed to it (a join), nor once it leaves.
-      const bool ready = serving && !stopping && !draining && node.waiting_slots() == 0;
+      const bool ready = serving && !stopping && !draining && node.ownership().waiting_slots() == 0;
       return AdminResponse{ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n",
                            {}};
     });
@@ -392,9 +392,9 @@ struct Server::Impl {
   // (no secret of any kind: loopback only, or --insecure) trusts its admin callers as it does
   // every peer; otherwise the caller shows the admin token of a peer secret.
   std::optional<AdminResponse> AdminActionRefusal(const AdminRequest& request) {
-    if (node.trusts_everyone()) return std::nullopt;
+    if (node.authenticator().trusts_everyone()) return std::nullopt;
     const std::optional<std::string_view> token = BearerToken(request.authorization);
-    if (node.current_peer_secret().empty()) {
+    if (node.authenticator().current_peer_secret().empty()) {
       return AdminResponse{403, "text/plain",
                            "this node holds no peer secret, so no admin action is allowed on "
                            "its admin port; stop it with SIGTERM\n",
@@ -406,7 +406,7 @@ struct Server::Impl {
                            "Authorization: Bearer <token> (limiterctl admin-token)\n",
                            {{"WWW-Authenticate", "Bearer realm=\"limiterd\""}}};
     }
-    if (!node.AdminTokenValid(*token)) {
+    if (!node.authenticator().AdminTokenValid(*token)) {
       return AdminResponse{403, "text/plain",
                            "the admin token is not one of this node's peer secrets'\n", {}};
     }
@@ -635,12 +635,13 @@ void Server::Run() {
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        members.error().c_str());
-        } else if (std::vector<std::string> list = s.node.WithAnnounced(std::move(members).value());
+        } else if (std::vector<std::string> list = s.node.ownership().WithAnnounced(std::move(members).value());
                    s.node.membership()->ring.HasMembers(list)) {
           // Nothing new: the generation stays (a newer one would only churn the gateways).
-        } else if (auto error = s.node.SetMembers(std::move(list), DnsGeneration())) {
+        } else if (Status set = s.node.ownership().SetMembers(std::move(list), DnsGeneration());
+                   !set.ok()) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
-                       error->c_str());
+                       set.error().c_str());
         }
         lock.lock();
         s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
@@ -648,11 +649,11 @@ void Server::Run() {
     });
   }
   s.handoff = std::thread([&s] {
-    const Node::HandoffSink send = [&s](const std::string& member,
+    const Handoff::Sink send = [&s](const std::string& member,
                                         std::span<const uint8_t> f) -> int64_t {
       return s.peers ? s.peers->SendHandoff(member, f) : -1;
     };
-    while (!s.stopping) s.node.RunNextHandoff(send, std::chrono::milliseconds(100));
+    while (!s.stopping) s.node.handoff().RunNext(send, std::chrono::milliseconds(100));
   });
   if (RegionShares* regions = s.node.regions()) {
     s.rebalancer = std::thread([&s, regions] { s.RunRegions(*regions); });

@@ -67,7 +67,7 @@
 #include "common/key_limiter.h"
 #include "common/lease_book.h"
 #include "common/policy.h"
-#include "common/result.h"
+#include "common/status.h"
 #include "server/key_table.h"
 
 namespace limiter {

@@ -6,7 +6,7 @@
 #include <ostream>
 
 #include "client/ctl/commands.h"
-#include "common/auth.h"
+#include "protocol/auth.h"
 
 namespace limiter::ctl {
 namespace {

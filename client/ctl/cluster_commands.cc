@@ -15,8 +15,8 @@
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
 #include "common/membership.h"
-#include "common/protocol.h"
-#include "common/ring.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
 
 namespace limiter::ctl {
 namespace {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "client/node_access.h"
+#include "protocol/node_access.h"
 
 namespace limiter::ctl {
 

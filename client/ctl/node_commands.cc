@@ -11,9 +11,9 @@
 
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/wire.h"
 
 namespace limiter::ctl {
 namespace {

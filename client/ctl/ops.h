@@ -3,10 +3,10 @@
 
 #include <string>
 
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/result.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "common/status.h"
+#include "protocol/wire.h"
 
 namespace limiter::ctl {
 

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/auth.h"
+#include "protocol/auth.h"
 #include "common/duration.h"
 #include "test/deploy/chart_support.h"
 #include "test/support/build_paths.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/auth.h"
+#include "protocol/auth.h"
 #include "test/deploy/chart_support.h"
 #include "test/support/build_paths.h"
 

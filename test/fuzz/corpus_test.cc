@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "client/request_builder.h"
-#include "common/frame_codec.h"
-#include "common/wire.h"
+#include "protocol/request_builder.h"
+#include "protocol/frame_codec.h"
+#include "protocol/wire.h"
 #include "test/fuzz/frame_fuzz_target.h"
 #include "test/support/build_paths.h"
 

@@ -4,11 +4,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/auth.h"
-#include "common/frame_codec.h"
-#include "common/key_id.h"
+#include "protocol/auth.h"
+#include "protocol/frame_codec.h"
+#include "protocol/key_id.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 namespace limiter::fuzz {
 namespace {
@@ -128,7 +128,7 @@ void CheckSessionReply(std::span<const uint8_t> reply, const wire::Request* requ
 
 // The client's side of the handshake on `session`, a gateway's or a peer's; aborts unless the
 // node accepts it.
-void Handshake(FuzzAuthNode& f, Node::Session& session, bool peer) {
+void Handshake(FuzzAuthNode& f, Session& session, bool peer) {
   const auth::Nonce nonce = auth::RandomNonce();
   std::vector<uint8_t> out;
   if (f.node.HandleFrame(f.worker, session, HelloFrame(nonce, nullptr, peer), out) !=
@@ -166,7 +166,7 @@ FuzzAuthNode& SharedFuzzAuthNode() {
 
 size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_t>& replies) {
   FuzzAuthNode& f = SharedFuzzAuthNode();
-  Node::Session session = f.node.NewSession();
+  Session session = f.node.authenticator().NewSession();
   if (role != Role::kNone) Handshake(f, session, role == Role::kPeer);
   size_t handled = 0;
   // A peer's changes queue hand-off jobs; nothing runs them here, so each input's are run
@@ -174,22 +174,22 @@ size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_
   struct Drain {
     FuzzAuthNode& f;
     ~Drain() {
-      const Node::HandoffSink refuse = [](const std::string&, std::span<const uint8_t>) {
+      const Handoff::Sink refuse = [](const std::string&, std::span<const uint8_t>) {
         return int64_t{-1};
       };
-      while (f.node.handoffs_in_progress() > 0 &&
-             f.node.RunNextHandoff(refuse, std::chrono::milliseconds(0))) {
+      while (f.node.ownership().jobs_in_progress() > 0 &&
+             f.node.handoff().RunNext(refuse, std::chrono::milliseconds(0))) {
       }
     }
   } drain{f};
   for (;;) {
-    const uint32_t max_frame = f.node.FrameLimit(session);
+    const uint32_t max_frame = f.node.authenticator().FrameLimit(session);
     const FrameResult frame = DecodeFrame(input, max_frame);
     if (frame.status != FrameStatus::kFrame) return handled;  // the server's framing errors
     f.clock.Advance(kStepMs);
     const size_t reply_at = replies.size();
-    const std::shared_ptr<const Node::Membership> before = f.node.membership();
-    const int64_t received = f.node.handoff_counters().keys_received.load();
+    const std::shared_ptr<const ClusterRing> before = f.node.membership();
+    const int64_t received = f.node.handoff().counters().keys_received.load();
     const Node::AfterFrame after = f.node.HandleFrame(f.worker, session, frame.body, replies);
     ++handled;
     if (role == Role::kNone && session.authenticated) {
@@ -199,7 +199,7 @@ size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_
     if (role != Role::kPeer && f.node.membership() != before) {
       Die("a connection without the peer secret changed the member list");
     }
-    if (role != Role::kPeer && f.node.handoff_counters().keys_received.load() != received) {
+    if (role != Role::kPeer && f.node.handoff().counters().keys_received.load() != received) {
       Die("a connection without the peer secret handed the node a key");
     }
     CheckSessionReply(std::span(replies).subspan(reply_at),
@@ -213,7 +213,7 @@ size_t FeedSession(std::span<const uint8_t> input, Role role, std::vector<uint8_
 void FeedStream(std::span<const uint8_t> input, std::vector<uint8_t>& replies) {
   FuzzNode& f = SharedFuzzNode();
   const uint32_t max_frame = f.node.options().max_frame_bytes;
-  Node::Session session = f.node.NewSession();  // no secret: trusted from the start
+  Session session = f.node.authenticator().NewSession();  // no secret: trusted from the start
   for (;;) {
     const FrameResult frame = DecodeFrame(input, max_frame);
     if (frame.status == FrameStatus::kNeedMore) return;

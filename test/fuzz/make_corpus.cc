@@ -13,13 +13,13 @@
 #include <utility>
 #include <vector>
 
-#include "client/request_builder.h"
-#include "common/frame_codec.h"
+#include "protocol/request_builder.h"
+#include "protocol/frame_codec.h"
 #include "common/rate.h"
-#include "common/key_id.h"
-#include "common/protocol.h"
-#include "common/state_transfer.h"
-#include "common/wire.h"
+#include "protocol/key_id.h"
+#include "protocol/rules.h"
+#include "protocol/state_transfer.h"
+#include "protocol/wire.h"
 #include "test/fuzz/frame_fuzz_target.h"
 
 namespace limiter::fuzz {
@@ -368,7 +368,7 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                                              fbb.CreateVector(spent_window), 0, 0));
       }
       const auto h = wire::CreateHandoff(
-          fbb, name(fbb, kFuzzPeer), 2, SharedFuzzAuthNode().node.policy_digest(),
+          fbb, name(fbb, kFuzzPeer), 2, SharedFuzzAuthNode().node.policy_table().digest(),
           KeyIdSeedDigest(), kStartMs, fbb.CreateVector(keys), 0, true);
       return std::pair{wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h)};
     }));

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "client/node_access.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/frame_codec.h"
-#include "common/wire.h"
+#include "protocol/node_access.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/frame_codec.h"
+#include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/integration/raw_socket.h"

@@ -9,7 +9,7 @@
 #include <asio/io_context.hpp>
 #include <thread>
 
-#include "common/ring.h"
+#include "protocol/ring.h"
 #include "limiter/client/asio.h"
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"

@@ -16,9 +16,9 @@
 #include <sstream>
 #include <thread>
 
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/integration/raw_socket.h"

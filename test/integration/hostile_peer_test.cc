@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/auth.h"
-#include "common/frame_codec.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/auth.h"
+#include "protocol/frame_codec.h"
+#include "protocol/wire.h"
 #include "test/integration/node_process.h"
 
 namespace limiter {

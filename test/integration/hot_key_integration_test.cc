@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "common/promise_check.h"
-#include "common/protocol.h"
-#include "common/ring.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"
 #include "test/support/ctl_runner.h"

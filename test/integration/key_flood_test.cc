@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/unit/test_seed.h"

@@ -9,10 +9,10 @@
 #include <thread>
 #include <tuple>
 
-#include "client/node_connection.h"
-#include "client/request_builder.h"
-#include "common/frame_codec.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
+#include "protocol/frame_codec.h"
+#include "protocol/wire.h"
 #include "test/integration/node_process.h"
 #include "test/support/build_paths.h"
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/node_connection.h"
+#include "protocol/node_connection.h"
 
 namespace limiter::testing {
 

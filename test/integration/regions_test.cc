@@ -24,8 +24,8 @@
 #include "client/ctl/commands.h"
 #include "common/promise_check.h"
 #include "limiter/client/client.h"
-#include "client/node_connection.h"
-#include "common/wire.h"
+#include "protocol/node_connection.h"
+#include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "common/promise_check.h"
-#include "common/ring.h"
+#include "protocol/ring.h"
 #include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"

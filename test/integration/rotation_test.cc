@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/node_access.h"
-#include "client/node_connection.h"
+#include "protocol/node_access.h"
+#include "protocol/node_connection.h"
 #include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"

@@ -17,11 +17,11 @@
 #include <thread>
 #include <tuple>
 
-#include "client/node_access.h"
-#include "client/node_connection.h"
-#include "client/request_builder.h"
+#include "protocol/node_access.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
 #include "common/subprocess.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/integration/test_certificates.h"

@@ -64,7 +64,7 @@ class HandoffSim : public ::testing::Test {
   // Hands `from`'s queued job to the receivers at once (the network is the integration
   // tests' business); the keys it could deliver.
   int64_t RunHandoff(const std::string& from) {
-    const Node::HandoffSink sink = [this](const std::string& member,
+    const Handoff::Sink sink = [this](const std::string& member,
                                           std::span<const uint8_t> frame) -> int64_t {
       if (dead_.count(member)) return -1;
       auto& target = cluster_.transport().node(member);
@@ -77,7 +77,7 @@ class HandoffSim : public ::testing::Test {
       return op->status() == wire::Status::Ok ? op->granted() : -1;
     };
     int64_t sent = 0;
-    while (auto stats = node(from).RunNextHandoff(sink, std::chrono::milliseconds(0))) {
+    while (auto stats = node(from).handoff().RunNext(sink, std::chrono::milliseconds(0))) {
       sent += stats->keys_sent;
     }
     return sent;
@@ -156,8 +156,8 @@ TEST_F(HandoffSim, ALeaveAndARejoinUnderLoadWithLeasesAndASplitKeyAddNoBurst) {
       << "the hot key did not split";
   // b leaves: the others adopt the list without it, b hands everything over while the
   // gateways go on spending the leases they hold.
-  ASSERT_FALSE(node("a:1").SetMembers(kWithoutB, 2).has_value());
-  ASSERT_FALSE(node("c:1").SetMembers(kWithoutB, 2).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(kWithoutB, 2).ok());
+  ASSERT_TRUE(node("c:1").ownership().SetMembers(kWithoutB, 2).ok());
   node("b:1").Leave(2);
   cluster_.sched().RunFor(3'000);  // leases in flight, ops answered WrongOwner or Moving
   const int64_t moved = RunHandoff("b:1");
@@ -168,15 +168,15 @@ TEST_F(HandoffSim, ALeaveAndARejoinUnderLoadWithLeasesAndASplitKeyAddNoBurst) {
   NodeOptions again = Member(kAll, 1);
   again.join_gate = true;
   cluster_.AddNode("b:1", again);
-  ASSERT_FALSE(node("b:1").Join(kWithoutB, kAll, 3).has_value());
-  ASSERT_FALSE(node("a:1").SetMembers(kAll, 3).has_value());
-  ASSERT_FALSE(node("c:1").SetMembers(kAll, 3).has_value());
+  ASSERT_TRUE(node("b:1").ownership().Join(kWithoutB, kAll, 3).ok());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(kAll, 3).ok());
+  ASSERT_TRUE(node("c:1").ownership().SetMembers(kAll, 3).ok());
   cluster_.sched().RunFor(2'000);
   EXPECT_GT(RunHandoff("a:1") + RunHandoff("c:1"), 0);
-  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+  EXPECT_EQ(node("b:1").ownership().waiting_slots(), 0);
   RunTo(end_us + 100'000);
   int64_t lost = 0;
-  for (const std::string& a : kAll) lost += node(a).handoff_counters().keys_lost.load();
+  for (const std::string& a : kAll) lost += node(a).handoff().counters().keys_lost.load();
   EXPECT_EQ(lost, 0);
   EXPECT_LE(WorstExcess(end_us / 1e6), 0) << "a ring change gave some key more than its promise";
 }
@@ -186,15 +186,15 @@ TEST_F(HandoffSim, ALeavingNodeThatDiesBeforeHandingOverCostsAtMostOneBurst) {
   StartLoad(end_us);
   RunTo(1'500'000);
   // b announced its leave, then died: nothing arrives, the others wait out the deadline.
-  ASSERT_FALSE(node("a:1").SetMembers(kWithoutB, 2).has_value());
-  ASSERT_FALSE(node("c:1").SetMembers(kWithoutB, 2).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(kWithoutB, 2).ok());
+  ASSERT_TRUE(node("c:1").ownership().SetMembers(kWithoutB, 2).ok());
   cluster_.transport().node("b:1").refuses = true;
   node("b:1").Leave(2);
   dead_ = {"a:1", "c:1"};  // b's sends all fail
   RunHandoff("b:1");
   RunTo(end_us + 100'000);
-  EXPECT_GT(node("a:1").handoff_counters().waits_expired.load() +
-                node("c:1").handoff_counters().waits_expired.load(),
+  EXPECT_GT(node("a:1").ownership().counters().waits_expired.load() +
+                node("c:1").ownership().counters().waits_expired.load(),
             0);
   double bursts = 0;
   const int64_t worst = WorstExcess(end_us / 1e6, &bursts);

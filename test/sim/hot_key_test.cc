@@ -8,8 +8,8 @@
 
 #include "client/client_core.h"
 #include "common/promise_check.h"
-#include "common/protocol.h"
-#include "common/ring.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
 #include "common/policy_file.h"
 #include "test/sim/sim.h"
 #include "test/unit/test_seed.h"
@@ -85,7 +85,7 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
     sched.RunUntil(t);
     if (!split_seen_at) {
       for (auto& n : nodes) {
-        for (const Node::HotKey& k : n->HotKeys()) {
+        for (const HotKeys::HotKey& k : n->hot_keys().Top()) {
           if (k.key == "hot" && k.split_k == 4) split_seen_at = t;
         }
       }

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "client/request_builder.h"
-#include "common/key_id.h"
+#include "protocol/request_builder.h"
+#include "protocol/key_id.h"
 #include "common/policy_file.h"
 #include "common/promise_check.h"
-#include "common/protocol.h"
+#include "protocol/rules.h"
 #include "common/region_share.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -117,7 +117,7 @@ class RegionsSim : public ::testing::Test {
           r.rebalanced = false;
           r.node->regions()->Measure(r.clock->NowMs());
           for (auto& [region, to, body] : r.node->regions()->Reports(
-                   name + ":1", r.node->policy_digest(), KeyIdSeedDigest())) {
+                   name + ":1", r.node->policy_table().digest(), KeyIdSeedDigest())) {
             if (cut_.count(name) || cut_.count(region)) continue;
             in_flight_.push_back({now_ms_ + kLatencyMs, region, std::move(body)});
           }

@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "client/client_core.h"
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "bench/sim_scheduler.h"
 #include "client/scheduler.h"
 #include "client/transport.h"
-#include "client/wire_convert.h"
+#include "protocol/op.h"
 #include "common/clock.h"
-#include "common/frame_codec.h"
+#include "protocol/frame_codec.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter::sim {

@@ -1,6 +1,6 @@
 // The cluster secret: its sources, the proofs, split tokens, and a node's handshake and frame
 // bounds driven frame by frame through Node::HandleFrame with a session.
-#include "common/auth.h"
+#include "protocol/auth.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "client/handshake.h"
-#include "client/request_builder.h"
+#include "protocol/handshake.h"
+#include "protocol/request_builder.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
-#include "common/ring.h"
-#include "common/wire.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -189,7 +189,7 @@ class AuthNodeTest : public ::testing::Test {
     policies_ = std::move(p).value();
     node_ = std::make_unique<Node>(policies_, clock_, std::move(options));
     worker_ = &node_->AddWorker();
-    session_ = node_->NewSession();
+    session_ = node_->authenticator().NewSession();
   }
   void SetUp() override {
     NodeOptions o;
@@ -238,7 +238,7 @@ class AuthNodeTest : public ::testing::Test {
   PolicySet policies_;
   std::unique_ptr<Node> node_;
   Node::Worker* worker_ = nullptr;
-  Node::Session session_;
+  Session session_;
   Node::AfterFrame after_ = Node::AfterFrame::kContinue;
   std::vector<uint8_t> out_;
   std::vector<uint64_t> aligned_;
@@ -246,15 +246,15 @@ class AuthNodeTest : public ::testing::Test {
 
 TEST_F(AuthNodeTest, TheCurrentOrTheNextSecretOpensTheConnection) {
   EXPECT_FALSE(session_.authenticated);
-  EXPECT_EQ(node_->FrameLimit(session_), kMaxHelloFrameBytes);
+  EXPECT_EQ(node_->authenticator().FrameLimit(session_), kMaxHelloFrameBytes);
   EXPECT_EQ(Handshake(kCurrent), "");
   EXPECT_TRUE(session_.authenticated);
-  EXPECT_EQ(node_->FrameLimit(session_), kDefaultMaxFrameBytes);
+  EXPECT_EQ(node_->authenticator().FrameLimit(session_), kDefaultMaxFrameBytes);
   RequestBuilder b;
   b.Check(2, "api", "k");
   EXPECT_TRUE(Send(b).ops()->Get(0)->allowed());  // later frames need no hello
 
-  session_ = node_->NewSession();
+  session_ = node_->authenticator().NewSession();
   EXPECT_EQ(Handshake(kNext), "");
 }
 
@@ -274,7 +274,7 @@ TEST_F(AuthNodeTest, OpsWithoutAHelloAreRefusedAndNothingIsCharged) {
   EXPECT_NE(ErrorOf(r).find("requires the cluster secret"), std::string::npos) << ErrorOf(r);
   EXPECT_EQ(r.ops(), nullptr);
   // The key is untouched: an authenticated peer still has all 100.
-  session_ = node_->NewSession();
+  session_ = node_->authenticator().NewSession();
   ASSERT_EQ(Handshake(kCurrent), "");
   b.Check(2, "api", "k", {}, 99);  // the handshake's CHECK took 1
   EXPECT_TRUE(Send(b).ops()->Get(0)->allowed());
@@ -305,7 +305,7 @@ TEST_F(AuthNodeTest, EveryMalformedHandshakeIsRefused) {
        "without a challenge"},
   };
   for (const Case& c : cases) {
-    session_ = node_->NewSession();
+    session_ = node_->authenticator().NewSession();
     RequestBuilder b;
     c.build(b);
     const wire::Reply& r = Send(b);
@@ -314,7 +314,7 @@ TEST_F(AuthNodeTest, EveryMalformedHandshakeIsRefused) {
     EXPECT_FALSE(session_.authenticated) << c.name;
   }
   // Not a Request at all, before authentication: closed too.
-  session_ = node_->NewSession();
+  session_ = node_->authenticator().NewSession();
   const std::vector<uint8_t> junk = {1, 2, 3, 4, 5, 6, 7, 8};
   out_.clear();
   EXPECT_EQ(node_->HandleFrame(*worker_, session_, junk, out_), Node::AfterFrame::kClose);
@@ -334,7 +334,7 @@ TEST_F(AuthNodeTest, AProofForAnotherNonceOrASecondChallengeIsRefused) {
   ASSERT_EQ(challenge.hello()->challenge()->size(), c.size());
   std::copy(challenge.hello()->challenge()->begin(), challenge.hello()->challenge()->end(),
             c.begin());
-  Node::Session copy = session_;
+  Session copy = session_;
 
   b.Hello("x", nonce);  // asks again
   EXPECT_NE(ErrorOf(Send(b)).find("one challenge only"), std::string::npos);
@@ -348,12 +348,12 @@ TEST_F(AuthNodeTest, AProofForAnotherNonceOrASecondChallengeIsRefused) {
 }
 
 TEST_F(AuthNodeTest, RotationDropsTheOldSecretOnlyWhenTheNodeIsToldTo) {
-  node_->SetSecrets(auth::Secrets{{kNext}});
+  ASSERT_TRUE(node_->authenticator().SetSecrets(auth::Secrets{{kNext}}).ok());
   EXPECT_NE(Handshake(kCurrent).find("does not match"), std::string::npos);
-  session_ = node_->NewSession();
+  session_ = node_->authenticator().NewSession();
   EXPECT_EQ(Handshake(kNext), "");
-  node_->SetSecrets(auth::Secrets{});  // ignored: a node never drops its secret
-  session_ = node_->NewSession();
+  ASSERT_TRUE(node_->authenticator().SetSecrets(auth::Secrets{}).ok());  // ignored: a node never drops its secret
+  session_ = node_->authenticator().NewSession();
   EXPECT_FALSE(session_.authenticated);
   EXPECT_EQ(Handshake(kNext), "");
 }
@@ -412,7 +412,7 @@ TEST_F(FrameBoundsTest, OverABoundTheFrameIsRefusedWholeAndTheConnectionCloses) 
        "5 INSPECT"},
   };
   for (const Case& c : cases) {
-    session_ = node_->NewSession();
+    session_ = node_->authenticator().NewSession();
     RequestBuilder b;
     c.build(b);
     const wire::Reply& r = Send(b);

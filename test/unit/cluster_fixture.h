@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
-#include "common/wire.h"
+#include "protocol/rules.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter::test_cluster {
@@ -102,11 +102,11 @@ class Cluster : public ::testing::Test {
     return admitted;
   }
   std::string OwnerOf(const std::string& via, const std::string& key) {
-    return node(via).ring()->Owner(key);
+    return node(via).membership()->ring.Owner(key);
   }
 
   // Delivers hand-off frames to the named node in-process; counts what each was sent.
-  Node::HandoffSink Sink() {
+  Handoff::Sink Sink() {
     return [this](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
       ++frames_to_[member];
       if (!members_.count(member) || unreachable_.count(member)) return -1;
@@ -121,7 +121,7 @@ class Cluster : public ::testing::Test {
     };
   }
   std::optional<HandoffStats> RunHandoff(const std::string& on) {
-    return node(on).RunNextHandoff(Sink(), std::chrono::milliseconds(0));
+    return node(on).handoff().RunNext(Sink(), std::chrono::milliseconds(0));
   }
 
   int64_t Stat(const std::string& on, const std::string& name) {

@@ -21,7 +21,7 @@
 
 #include "common/clock.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
+#include "protocol/rules.h"
 #include "server/durable_store.h"
 
 namespace limiter {

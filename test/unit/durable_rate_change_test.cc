@@ -1,5 +1,5 @@
 // A durable key's state read back under a lowered limit or burst (server/durable_record.h,
-// common/state_transfer.h ConvertFields): for every algorithm, a random state written under
+// protocol/state_transfer.h ConvertFields): for every algorithm, a random state written under
 // one rate and read under a smaller one admits no more, at any later time, than the old state
 // would have under the old rate, and an exhausted key stays exhausted (never fresh). The same
 // fields under the same rate come back unchanged (the hand-off's case).
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/policy_file.h"
-#include "common/state_transfer.h"
+#include "protocol/state_transfer.h"
 #include "server/durable_record.h"
 #include "test/unit/test_seed.h"
 

@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "common/calendar.h"
-#include "common/frame_codec.h"
+#include "protocol/frame_codec.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/durable_record.h"
 #include "test/unit/test_seed.h"
 #include "server/durable_store.h"
@@ -542,7 +542,7 @@ class DurableHandoffTest : public ::testing::Test {
     }
     return n;
   }
-  Node::HandoffSink Sink() {
+  Handoff::Sink Sink() {
     return [this](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
       Member& m = members_.at(member);
       out_.clear();
@@ -555,7 +555,8 @@ class DurableHandoffTest : public ::testing::Test {
   }
   std::vector<std::string> KeysOf(const std::string& owner, int n) {
     std::vector<std::string> keys;
-    const std::shared_ptr<const Ring> ring = members_.at(owner).node->ring();
+    const std::shared_ptr<const ClusterRing> list = members_.at(owner).node->membership();
+    const Ring* ring = &list->ring;
     for (int i = 0; static_cast<int>(keys.size()) < n; ++i) {
       const std::string k = "k" + std::to_string(i);
       if (ring->Owner(k) == owner) keys.push_back(k);
@@ -575,10 +576,10 @@ TEST_F(DurableHandoffTest, KeysOnDiskOnlyAreHandedOverWhenTheNodeLeaves) {
   const std::vector<std::string> keys = KeysOf("a:1", 12);
   for (const std::string& k : keys) ASSERT_EQ(Admitted("a:1", k, 5), 5);
   Start("a:1", 2'000'000);  // restarted: its keys are on its disk only
-  ASSERT_FALSE(members_.at("b:1").node->SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(members_.at("b:1").node->ownership().SetMembers({"b:1"}, 2).ok());
   members_.at("a:1").node->Leave(2);
   const std::optional<HandoffStats> stats =
-      members_.at("a:1").node->RunNextHandoff(Sink(), std::chrono::milliseconds(0));
+      members_.at("a:1").node->handoff().RunNext(Sink(), std::chrono::milliseconds(0));
   ASSERT_TRUE(stats.has_value());
   EXPECT_EQ(stats->keys_sent, static_cast<int64_t>(keys.size()));
   EXPECT_EQ(stats->keys_lost, 0);

@@ -1,4 +1,4 @@
-#include "common/frame_codec.h"
+#include "protocol/frame_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,7 @@ TEST_F(Cluster, ALeavingNodesKeysGoOnFromTheirStateOnTheirNextOwner) {
   }
   ASSERT_GT(on_a, 5);
   // b learns the list without a first (a's announcement), then a leaves.
-  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
   node("a:1").Leave(2);
   // Until a's keys arrive, b answers Moving for them (never a fresh key), and a WrongOwner.
   int moving = 0;
@@ -37,7 +37,7 @@ TEST_F(Cluster, ALeavingNodesKeysGoOnFromTheirStateOnTheirNextOwner) {
   EXPECT_EQ(stats->keys_sent, 2 * on_a);  // login and day, each key
   EXPECT_EQ(stats->keys_lost, 0);
   EXPECT_EQ(node("a:1").store().keys(), 0);
-  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+  EXPECT_EQ(node("b:1").ownership().waiting_slots(), 0);
   EXPECT_EQ(Stat("b:1", "handoff_keys_received"), 2 * on_a);
   // Every key goes on from where it was: no fresh burst, the day's count kept.
   AdvanceAll(5'000);  // less than a token's refill (6 s)
@@ -58,7 +58,7 @@ TEST_F(Cluster, AJoiningNodeWaitsForItsKeysThenServesTheirState) {
   // c starts with the join gate: it serves nothing until it knows who holds what.
   Add("c:1", three, 5, /*join_gate=*/true);
   EXPECT_EQ(Check("c:1", "login", "user-1"), wire::Status::Moving);
-  ASSERT_FALSE(node("c:1").Join(two, three, 2).has_value());
+  ASSERT_TRUE(node("c:1").ownership().Join(two, three, 2).ok());
   const Ring ring3(three);
   std::vector<std::string> gained;
   for (const std::string& k : Keys(60)) {
@@ -67,13 +67,13 @@ TEST_F(Cluster, AJoiningNodeWaitsForItsKeysThenServesTheirState) {
   ASSERT_FALSE(gained.empty());
   for (const std::string& k : gained) EXPECT_EQ(Check("c:1", "login", k), wire::Status::Moving);
   // The others adopt the announced list; each hands c what it gained.
-  ASSERT_FALSE(node("a:1").SetMembers(three, 2).has_value());
-  ASSERT_FALSE(node("b:1").SetMembers(three, 2).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(three, 2).ok());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers(three, 2).ok());
   EXPECT_EQ(Check("a:1", "login", gained.front()), wire::Status::WrongOwner);
   ASSERT_TRUE(RunHandoff("a:1").has_value());
-  EXPECT_GT(node("c:1").waiting_slots(), 0);  // b has not handed its part yet
+  EXPECT_GT(node("c:1").ownership().waiting_slots(), 0);  // b has not handed its part yet
   ASSERT_TRUE(RunHandoff("b:1").has_value());
-  EXPECT_EQ(node("c:1").waiting_slots(), 0);
+  EXPECT_EQ(node("c:1").ownership().waiting_slots(), 0);
   for (const std::string& k : gained) EXPECT_EQ(Admitted("c:1", "login", k, 3), 0) << k;
   EXPECT_EQ(Stat("c:1", "handoff_keys_received"), static_cast<int64_t>(gained.size()));
 }
@@ -87,7 +87,7 @@ TEST_F(Cluster, AHandOffThatNeverComesEndsAtTheDeadlineAndIsCounted) {
     if (OwnerOf("a:1", k) == "a:1") mine = k;
   }
   EXPECT_EQ(Admitted("a:1", "login", mine, 12), 10);
-  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
   // a is killed: it never hands anything over.
   EXPECT_EQ(Check("b:1", "login", mine), wire::Status::Moving);
   clock("b:1").Advance(4'999);
@@ -98,7 +98,7 @@ TEST_F(Cluster, AHandOffThatNeverComesEndsAtTheDeadlineAndIsCounted) {
   // The crash promise: the key starts fresh, one burst.
   EXPECT_EQ(Admitted("b:1", "login", mine, 12), 10);
   EXPECT_GT(Stat("b:1", "handoff_waits_expired"), 0);
-  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+  EXPECT_EQ(node("b:1").ownership().waiting_slots(), 0);
 }
 
 TEST_F(Cluster, ManyKeysGoInBatchesThatFitAFrame) {
@@ -113,12 +113,12 @@ TEST_F(Cluster, ManyKeysGoInBatchesThatFitAFrame) {
     bool allowed = false;
     ASSERT_EQ(Check("a:1", "day", k, &allowed), wire::Status::Ok);
   }
-  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
   node("a:1").Leave(2);
   size_t largest = 0;
   int frames = 0;
-  const Node::HandoffSink sink = Sink();
-  const std::optional<HandoffStats> stats = node("a:1").RunNextHandoff(
+  const Handoff::Sink sink = Sink();
+  const std::optional<HandoffStats> stats = node("a:1").handoff().RunNext(
       [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
         largest = std::max(largest, frame.size());
         ++frames;
@@ -130,7 +130,7 @@ TEST_F(Cluster, ManyKeysGoInBatchesThatFitAFrame) {
   EXPECT_EQ(stats->keys_lost, 0);
   EXPECT_GT(frames, 2);
   EXPECT_LE(largest, 512u * 1024) << "a batch must fit the receiver's frame bound (1 MiB)";
-  EXPECT_EQ(node("b:1").waiting_slots(), 0);
+  EXPECT_EQ(node("b:1").ownership().waiting_slots(), 0);
 }
 
 TEST_F(Cluster, KeysThatCannotBeDeliveredAreCountedLost) {
@@ -169,7 +169,7 @@ TEST_F(Cluster, ALeaseInFlightStaysChargedAndItsReturnGivesNothingBackOnTheNewOw
   ASSERT_EQ(lease.granted(), 20);
   const uint64_t lease_id = lease.lease_id();
   const int64_t granted_at = lease.granted_at_ms();
-  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
   node("a:1").Leave(2);
   ASSERT_TRUE(RunHandoff("a:1").has_value());
   b.Return(2, "api", key, "", 20, granted_at, lease_id);
@@ -194,7 +194,7 @@ TEST_F(Cluster, ASplitHotKeyMovesWithItsSplit) {
   node("a:1").Tick();
   ASSERT_EQ(Check("a:1", "hot", key), wire::Status::Split) << "the key did not split";
   ASSERT_EQ(node("a:1").store().split_count(), 1);
-  ASSERT_FALSE(node("b:1").SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
   node("a:1").Leave(2);
   const std::optional<HandoffStats> stats = RunHandoff("a:1");
   ASSERT_TRUE(stats.has_value());
@@ -221,7 +221,7 @@ TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted
   // A hand-off batch as a's would be, taken apart and put together with bad parts.
   std::vector<uint8_t> captured;
   node("a:1").Leave(2);
-  node("a:1").RunNextHandoff(
+  node("a:1").handoff().RunNext(
       [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
         if (member == "b:1" && captured.empty()) captured.assign(frame.begin(), frame.end());
         return 0;
@@ -292,7 +292,7 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   EXPECT_EQ(members_op({"a:1", "c:1"}, 7).first, wire::Status::Ok);
   EXPECT_EQ(node("a:1").membership()->generation, 7u);
   // What was announced corrects a lagging DNS answer: b left, c came.
-  EXPECT_EQ(node("a:1").WithAnnounced({"a:1", "b:1"}), (std::vector<std::string>{"a:1", "c:1"}));
+  EXPECT_EQ(node("a:1").ownership().WithAnnounced({"a:1", "b:1"}), (std::vector<std::string>{"a:1", "c:1"}));
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // through the nodes' MEMBERS op, as a peer sends them.
 #include <gtest/gtest.h>
 
-#include "common/ring.h"
+#include "protocol/ring.h"
 #include "test/unit/cluster_fixture.h"
 
 namespace limiter {
@@ -70,7 +70,7 @@ class MemberChanges : public Cluster {
       ASSERT_EQ(Announce(n, true, "a:1", 100).first, wire::Status::Ok);
       ASSERT_EQ(Announce(n, true, "b:1", 101).first, wire::Status::Ok);
       EXPECT_EQ(ListOf(n), two) << "neither puts the other back, on " << n;
-      EXPECT_GT(node(n).waiting_slots(), 0);
+      EXPECT_GT(node(n).ownership().waiting_slots(), 0);
     }
     node("a:1").Leave(100);
     node("b:1").Leave(101);
@@ -88,7 +88,7 @@ class MemberChanges : public Cluster {
     EXPECT_EQ(ListOf("b:1"), two);
     EXPECT_EQ(node("a:1").store().keys(), 0);
     EXPECT_EQ(node("b:1").store().keys(), 0);
-    for (const std::string& n : two) EXPECT_EQ(node(n).waiting_slots(), 0) << n;
+    for (const std::string& n : two) EXPECT_EQ(node(n).ownership().waiting_slots(), 0) << n;
     EXPECT_EQ(Stat("c:1", "handoff_waits_expired") + Stat("d:1", "handoff_waits_expired"), 0);
     AdvanceAll(5'000);  // less than a login token's refill (6 s)
     ExpectKeysKept(two, 120);
@@ -143,11 +143,11 @@ TEST_F(MemberChanges, AJoinerListedAlreadyWaitsForEveryMembersDoneThenServesTheK
   Add("b:1", two, 20'000'000);
   UseKeys(two, 90);
   // The members' DNS saw c first: they list it, and their hand-offs to it are queued.
-  ASSERT_FALSE(node("a:1").SetMembers(three, 2).has_value());
-  ASSERT_FALSE(node("b:1").SetMembers(three, 2).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(three, 2).ok());
+  ASSERT_TRUE(node("b:1").ownership().SetMembers(three, 2).ok());
   // c starts, finds itself listed, and joins all the same: it waits for each previous owner.
   Add("c:1", three, 7, /*join_gate=*/true);
-  ASSERT_FALSE(node("c:1").Join(two, three, 3).has_value());
+  ASSERT_TRUE(node("c:1").ownership().Join(two, three, 3).ok());
   std::vector<std::string> gained;
   for (const std::string& k : Keys(90)) {
     if (Ring(three).Owner(k) == "c:1") gained.push_back(k);
@@ -159,13 +159,13 @@ TEST_F(MemberChanges, AJoinerListedAlreadyWaitsForEveryMembersDoneThenServesTheK
   EXPECT_EQ(ListOf("a:1"), three);  // listed once
   // a's queued hand-off says done at 2: not enough for a wait at 3; the join's job then does.
   ASSERT_TRUE(RunHandoff("a:1").has_value());
-  EXPECT_GT(node("c:1").waiting_slots(), 0);
+  EXPECT_GT(node("c:1").ownership().waiting_slots(), 0);
   const int to_b = frames_to_["b:1"];
   ASSERT_TRUE(RunHandoff("a:1").has_value());
   EXPECT_EQ(frames_to_["b:1"], to_b) << "the join's done is for the joiner only";
-  EXPECT_GT(node("c:1").waiting_slots(), 0);  // b's part
+  EXPECT_GT(node("c:1").ownership().waiting_slots(), 0);  // b's part
   RunAll({"b:1"});
-  EXPECT_EQ(node("c:1").waiting_slots(), 0);
+  EXPECT_EQ(node("c:1").ownership().waiting_slots(), 0);
   for (const std::string& k : gained) {
     EXPECT_EQ(Admitted("c:1", "login", k, 3), 0) << k;
     EXPECT_EQ(Admitted("c:1", "day", k, 30), 20) << k;
@@ -178,14 +178,14 @@ TEST_F(MemberChanges, AJoinerStopsWaitingForAMemberItCannotReach) {
   Add("a:1", two, 10'000);
   Add("b:1", two, 10'000);
   Add("c:1", three, 7, /*join_gate=*/true);
-  ASSERT_FALSE(node("c:1").Join(two, three, 3).has_value());
-  const int64_t waiting = node("c:1").waiting_slots();
+  ASSERT_TRUE(node("c:1").ownership().Join(two, three, 3).ok());
+  const int64_t waiting = node("c:1").ownership().waiting_slots();
   ASSERT_GT(waiting, 0);
-  node("c:1").Handed("a:1", 3);  // a did not answer the join: its part starts fresh now
-  EXPECT_GT(node("c:1").waiting_slots(), 0);
-  EXPECT_LT(node("c:1").waiting_slots(), waiting);
-  node("c:1").Handed("b:1", 3);
-  EXPECT_EQ(node("c:1").waiting_slots(), 0);
+  node("c:1").ownership().Handed("a:1", 3);  // a did not answer the join: its part starts fresh now
+  EXPECT_GT(node("c:1").ownership().waiting_slots(), 0);
+  EXPECT_LT(node("c:1").ownership().waiting_slots(), waiting);
+  node("c:1").ownership().Handed("b:1", 3);
+  EXPECT_EQ(node("c:1").ownership().waiting_slots(), 0);
 }
 
 TEST_F(MemberChanges, AListThatChangesBackBeforeItsJobRunsLeavesTheNodeItsKeys) {
@@ -197,8 +197,8 @@ TEST_F(MemberChanges, AListThatChangesBackBeforeItsJobRunsLeavesTheNodeItsKeys) 
   const int64_t keys = node("a:1").store().keys();
   // c comes and goes before a's hand-off to it runs (no c ever answers).
   unreachable_.insert("c:1");
-  ASSERT_FALSE(node("a:1").SetMembers(three, 2).has_value());
-  ASSERT_FALSE(node("a:1").SetMembers(two, 3).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(three, 2).ok());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(two, 3).ok());
   RunAll({"a:1"});
   EXPECT_EQ(node("a:1").store().keys(), keys) << "a gave away keys it owns again";
   EXPECT_EQ(Stat("a:1", "handoff_keys_lost"), 0);
@@ -235,7 +235,7 @@ TEST_F(MemberChanges, ChangesThatCannotBeAppliedAreRefusedWithTheReason) {
   // A full ring takes no one more.
   std::vector<std::string> full = {"a:1"};
   for (size_t i = 1; i < Ring::kMaxMembers; ++i) full.push_back("n" + std::to_string(i) + ":1");
-  ASSERT_FALSE(node("a:1").SetMembers(full, 2).has_value());
+  ASSERT_TRUE(node("a:1").ownership().SetMembers(full, 2).ok());
   EXPECT_NE(error(false, "one-more:1", 5).find("the most a ring takes"), std::string::npos);
 }
 

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
-#include "common/wire.h"
+#include "protocol/rules.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 #include "server/store.h"
 #include "test/unit/test_seed.h"

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {

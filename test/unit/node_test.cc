@@ -5,9 +5,9 @@
 #include <thread>
 #include <vector>
 
-#include "client/request_builder.h"
+#include "protocol/request_builder.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -466,11 +466,11 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
   EXPECT_EQ(ops->Get(2)->status(), wire::Status::Ok);  // routed by its tenant, which is mine
   EXPECT_EQ(ops->Get(3)->status(), wire::Status::WrongOwner);
 
-  EXPECT_TRUE(node.SetMembers({"n2:1", "n3:1"}, 1).has_value());  // n1 would not be in it
-  EXPECT_FALSE(node.SetMembers({"n1:1"}, 2).has_value());
+  EXPECT_FALSE(node.ownership().SetMembers({"n2:1", "n3:1"}, 1).ok());  // n1 would not be in it
+  EXPECT_TRUE(node.ownership().SetMembers({"n1:1"}, 2).ok());
   EXPECT_EQ(node.membership()->generation, 2u);
-  EXPECT_FALSE(node.SetMembers({"n1:1", "n2:1"}, 1).has_value());  // older: ignored
-  EXPECT_EQ(node.ring()->members().size(), 1u);
+  EXPECT_TRUE(node.ownership().SetMembers({"n1:1", "n2:1"}, 1).ok());  // older: ignored
+  EXPECT_EQ(node.membership()->ring.members().size(), 1u);
   out.clear();
   b.Clear();
   b.Check(5, "ip", theirs);
@@ -479,7 +479,7 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
   // A one-node ring owns it all, but this key's last owner has not handed it over yet
   // (handoff_test.cc follows it to the end).
   EXPECT_EQ(reply->ops()->Get(0)->status(), wire::Status::Moving);
-  EXPECT_EQ(node.waiting_slots() > 0, true);
+  EXPECT_EQ(node.ownership().waiting_slots() > 0, true);
 }
 
 }  // namespace
@@ -537,7 +537,7 @@ TEST_F(HotNodeTest, AHotKeyIsSplitAndItsOwnerAnswersWithTheSplit) {
   for (int i = 0; i < 5; ++i) Check("cold");
   clock_.Advance(1000);
   node_->Tick();
-  const std::vector<Node::HotKey> hot = node_->HotKeys();
+  const std::vector<HotKeys::HotKey> hot = node_->hot_keys().Top();
   ASSERT_FALSE(hot.empty());
   EXPECT_EQ(hot[0].key, "hot");
   EXPECT_EQ(hot[0].split_k, 4);

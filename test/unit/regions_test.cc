@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "client/request_builder.h"
-#include "common/key_id.h"
-#include "common/protocol.h"
+#include "protocol/request_builder.h"
+#include "protocol/key_id.h"
+#include "protocol/rules.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -92,7 +92,7 @@ class Regions : public ::testing::Test {
   void Tick(const std::set<std::string>& cut = {}) {
     for (auto& [name, r] : regions_) r.node->regions()->Measure(r.clock->NowMs());
     for (auto& [name, r] : regions_) {
-      auto reports = r.node->regions()->Reports(Address(name), r.node->policy_digest(),
+      auto reports = r.node->regions()->Reports(Address(name), r.node->policy_table().digest(),
                                                 KeyIdSeedDigest());
       for (const auto& [region, to, body] : reports) {
         if (one_way_.count({name, region})) {  // lost on the way, and the sender knows it
@@ -250,14 +250,14 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
     const wire::OpReply* op = reply.ops()->Get(0);
     return op->error() ? op->error()->str() : std::string();
   };
-  EXPECT_NE(report("mars", node("us").policy_digest()).find("not another region"),
+  EXPECT_NE(report("mars", node("us").policy_table().digest()).find("not another region"),
             std::string::npos);
-  EXPECT_NE(report("us", node("us").policy_digest()).find("not another region"),
+  EXPECT_NE(report("us", node("us").policy_table().digest()).find("not another region"),
             std::string::npos);
   EXPECT_NE(report("eu", 12345).find("policy file differs"), std::string::npos);
-  EXPECT_NE(report("eu", node("us").policy_digest(), 777).find("region settings differ"),
+  EXPECT_NE(report("eu", node("us").policy_table().digest(), 777).find("region settings differ"),
             std::string::npos);
-  EXPECT_EQ(report("eu", node("us").policy_digest()), "");
+  EXPECT_EQ(report("eu", node("us").policy_table().digest()), "");
   EXPECT_EQ(node("us").regions()->counters().reports_refused.load(), 4);
   // A region whose nodes have another floor (or interval, or list of regions) computes other
   // shares: refused.
@@ -300,14 +300,14 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
   };
   std::string key;
   for (int i = 0; key.empty(); ++i) {
-    if (nodes["a:1"]->ring()->Owner("k" + std::to_string(i)) == "a:1") key = "k" + std::to_string(i);
+    if (nodes["a:1"]->membership()->ring.Owner("k" + std::to_string(i)) == "a:1") key = "k" + std::to_string(i);
   }
   const KeyId id = protocol::LimitId(*p->Find("partner"), key, {});
   const auto heartbeat = [&] {  // eu says its link is up (no traffic of its own)
     flatbuffers::FlatBufferBuilder fbb;
     // eu routes by its list of us's nodes: the same as theirs.
     const auto r = wire::CreateRegionReport(
-        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_digest(),
+        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_table().digest(),
         KeyIdSeedDigest(), 0, Ring(both).version(), nodes["a:1"]->regions()->settings());
     send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
   };
@@ -329,7 +329,7 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
   {
     flatbuffers::FlatBufferBuilder fbb;
     const auto r = wire::CreateRegionReport(
-        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_digest(),
+        fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_table().digest(),
         KeyIdSeedDigest(), 0, Ring({"a:1"}).version(), nodes["a:1"]->regions()->settings());
     const wire::Reply& reply = send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions,
                                                              wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
@@ -339,13 +339,13 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
   const int64_t share = nodes["a:1"]->regions()->ViewOf(0, &id, clocks["a:1"]->NowMs()).front().share;
   EXPECT_EQ(share, 110);  // 120 less eu's floor (L / B = 10)
   // a leaves; b takes its keys.
-  ASSERT_FALSE(nodes["b:1"]->SetMembers({"b:1"}, 2).has_value());
+  ASSERT_TRUE(nodes["b:1"]->ownership().SetMembers({"b:1"}, 2).ok());
   nodes["a:1"]->Leave(2);
-  const Node::HandoffSink sink = [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+  const Handoff::Sink sink = [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
     const wire::Reply& r = send(member, frame);
     return r.ops()->Get(0)->status() == wire::Status::Ok ? r.ops()->Get(0)->granted() : -1;
   };
-  ASSERT_TRUE(nodes["a:1"]->RunNextHandoff(sink, std::chrono::milliseconds(0)).has_value());
+  ASSERT_TRUE(nodes["a:1"]->handoff().RunNext(sink, std::chrono::milliseconds(0)).has_value());
   const std::vector<RegionShares::View> there =
       nodes["b:1"]->regions()->ViewOf(0, &id, clocks["b:1"]->NowMs());
   EXPECT_EQ(there.front().share, share) << "the new owner started the key at its floor";

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/ring.h"
+#include "protocol/ring.h"
 
 namespace limiter {
 namespace {

@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "client/handshake.h"
-#include "client/request_builder.h"
-#include "common/auth.h"
-#include "common/frame_codec.h"
-#include "common/key_id.h"
+#include "protocol/handshake.h"
+#include "protocol/request_builder.h"
+#include "protocol/auth.h"
+#include "protocol/frame_codec.h"
+#include "protocol/key_id.h"
 #include "common/membership.h"
 #include "common/policy_file.h"
-#include "common/protocol.h"
-#include "common/ring.h"
-#include "common/state_transfer.h"
-#include "common/wire.h"
+#include "protocol/rules.h"
+#include "protocol/ring.h"
+#include "protocol/state_transfer.h"
+#include "protocol/wire.h"
 #include "server/config.h"
 #include "server/node.h"
 
@@ -55,7 +55,7 @@ class Roles : public ::testing::Test {
   }
 
   struct Connection {
-    Node::Session session;
+    Session session;
     Node::AfterFrame after = Node::AfterFrame::kContinue;
   };
 
@@ -73,7 +73,7 @@ class Roles : public ::testing::Test {
   // A connection through the whole handshake; a failure names why.
   Connection Open(ClientHandshake h) {
     Connection c;
-    c.session = node_->NewSession();
+    c.session = node_->authenticator().NewSession();
     RequestBuilder b;
     h.BuildNonceHello(b, "test");
     const wire::Reply& challenge = Send(c, b.Finish());
@@ -91,7 +91,7 @@ class Roles : public ::testing::Test {
   // The reason a handshake fails (the error frame that closes the connection), or "".
   std::string Refusal(ClientHandshake h) {
     Connection c;
-    c.session = node_->NewSession();
+    c.session = node_->authenticator().NewSession();
     RequestBuilder b;
     h.BuildNonceHello(b, "test");
     const wire::Reply& challenge = Send(c, b.Finish());
@@ -136,7 +136,7 @@ class Roles : public ::testing::Test {
     const auto record =
         wire::CreateKeyRecord(fbb, id.lo, id.hi, 0, fbb.CreateVector(fields), 0, 0);
     const auto keys = fbb.CreateVector(std::vector{record});
-    const auto h = wire::CreateHandoff(fbb, fbb.CreateString(from), 2, node_->policy_digest(),
+    const auto h = wire::CreateHandoff(fbb, fbb.CreateString(from), 2, node_->policy_table().digest(),
                                        KeyIdSeedDigest(), clock_.NowMs(), keys, 0, done);
     const auto body = FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h));
     return {body.begin(), body.end()};
@@ -257,7 +257,7 @@ TEST_F(Roles, OneSecretsProofNeverPassesForTheOthers) {
 
 TEST_F(Roles, APeerNamesTheSameMemberInBothHellos) {
   Connection c;
-  c.session = node_->NewSession();
+  c.session = node_->authenticator().NewSession();
   const auth::Nonce nonce = auth::RandomNonce();
   RequestBuilder b;
   b.Hello("test", nonce, {}, "b:1");
@@ -277,9 +277,9 @@ TEST_F(Roles, APeerNamesTheSameMemberInBothHellos) {
 TEST_F(Roles, ARemovedSecretEndsTheSessionsThatProvedIt) {
   Connection old = Peer("b:1", kNextPeer);
   Connection gateway = Gateway();
-  node_->SetPeerSecrets(auth::Secrets{{kPeer}});
-  EXPECT_FALSE(node_->SessionValid(old.session));
-  EXPECT_TRUE(node_->SessionValid(gateway.session));
+  ASSERT_TRUE(node_->authenticator().SetPeerSecrets(auth::Secrets{{kPeer}}).ok());
+  EXPECT_FALSE(node_->authenticator().SessionValid(old.session));
+  EXPECT_TRUE(node_->authenticator().SessionValid(gateway.session));
   RequestBuilder b;
   b.Members(1);
   const wire::Reply& r = Send(old, b.Finish());
@@ -293,11 +293,11 @@ TEST_F(Roles, ARemovedSecretEndsTheSessionsThatProvedIt) {
 }
 
 TEST_F(Roles, ARotationThatWouldMakeAGatewayAPeerIsRefused) {
-  const std::optional<std::string> peer = node_->SetPeerSecrets(auth::Secrets{{kGateway}});
-  ASSERT_TRUE(peer.has_value());
-  EXPECT_NE(peer->find("also a gateway secret"), std::string::npos) << *peer;
-  const std::optional<std::string> gateway = node_->SetSecrets(auth::Secrets{{kNextPeer}});
-  ASSERT_TRUE(gateway.has_value());
+  const Status peer = node_->authenticator().SetPeerSecrets(auth::Secrets{{kGateway}});
+  ASSERT_FALSE(peer.ok());
+  EXPECT_NE(peer.error().find("also a gateway secret"), std::string::npos) << peer.error();
+  const Status gateway = node_->authenticator().SetSecrets(auth::Secrets{{kNextPeer}});
+  ASSERT_FALSE(gateway.ok());
   // The node keeps what it had.
   EXPECT_TRUE(Peer("b:1").session.peer);
   EXPECT_FALSE(Gateway().session.peer);
@@ -305,11 +305,11 @@ TEST_F(Roles, ARotationThatWouldMakeAGatewayAPeerIsRefused) {
 }
 
 TEST_F(Roles, TheAdminTokenIsThePeerSecretsOnly) {
-  EXPECT_TRUE(node_->AdminTokenValid(auth::AdminToken(kPeer)));
-  EXPECT_TRUE(node_->AdminTokenValid(auth::AdminToken(kNextPeer)));
-  EXPECT_FALSE(node_->AdminTokenValid(auth::AdminToken(kGateway)));
-  EXPECT_FALSE(node_->AdminTokenValid(""));
-  EXPECT_FALSE(node_->AdminTokenValid(kPeer));  // the secret itself is not the token
+  EXPECT_TRUE(node_->authenticator().AdminTokenValid(auth::AdminToken(kPeer)));
+  EXPECT_TRUE(node_->authenticator().AdminTokenValid(auth::AdminToken(kNextPeer)));
+  EXPECT_FALSE(node_->authenticator().AdminTokenValid(auth::AdminToken(kGateway)));
+  EXPECT_FALSE(node_->authenticator().AdminTokenValid(""));
+  EXPECT_FALSE(node_->authenticator().AdminTokenValid(kPeer));  // the secret itself is not the token
   EXPECT_NE(auth::AdminToken(kPeer), auth::AdminToken(kNextPeer));
   EXPECT_EQ(auth::AdminToken(kPeer).size(), 64u);
 }
@@ -323,11 +323,11 @@ TEST(RolesWithoutSecrets, ANodeThatAuthenticatesNobodyTrustsEveryPeerAsBefore) {
   o.members = kTwo;
   o.generation = 1;
   Node node(*p, clock, o);
-  EXPECT_TRUE(node.trusts_everyone());
-  Node::Session s = node.NewSession();
+  EXPECT_TRUE(node.authenticator().trusts_everyone());
+  Session s = node.authenticator().NewSession();
   EXPECT_TRUE(s.authenticated);
   EXPECT_TRUE(s.peer);
-  EXPECT_FALSE(node.AdminTokenValid(auth::AdminToken(kPeer)));
+  EXPECT_FALSE(node.authenticator().AdminTokenValid(auth::AdminToken(kPeer)));
 }
 
 TEST(Credentials, APeerSecretOfItsOwnIsNeededByANodeOfACluster) {

@@ -1,4 +1,4 @@
-// State transfer between two nodes' clocks (common/state_transfer.h): a state read on one
+// State transfer between two nodes' clocks (protocol/state_transfer.h): a state read on one
 // clock and written on another decides the same from then on (bucket algorithms and the log,
 // whose times shift exactly), or keeps its window's count (the window algorithms, whose
 // windows are aligned to each node's own clock).
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/state_transfer.h"
+#include "protocol/state_transfer.h"
 
 namespace limiter {
 namespace {

@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "client/request_builder.h"
-#include "common/frame_codec.h"
+#include "protocol/request_builder.h"
+#include "protocol/frame_codec.h"
 #include "common/policy_file.h"
-#include "common/wire.h"
+#include "protocol/wire.h"
 #include "server/node.h"
 #include "server/store.h"
 #include "test/unit/test_seed.h"

@@ -1,0 +1,83 @@
+// The project's one error vocabulary, for paths that must not throw (config loading, parsing,
+// request handling, I/O):
+//   - Status: ok, or a failure with a message that says what failed and where;
+//   - Result<T>: a T, or the failure that kept it from being made;
+//   - LIMITER_CHECK(condition, message): an invariant; broken, the process stops with the file,
+//     the line and the message (a bug, never bad input: bad input is a Status).
+// A denial is not an error: it is an ordinary Decision.
+//
+// Thread-safety: values.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace limiter {
+
+// A failure's message, as a value that converts to a failed Status or Result<T>:
+// `return Error{"the key is empty"};`.
+struct Error {
+  std::string message;
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // ok
+  Status(Error error) : error_(std::move(error.message)) {}  // NOLINT(google-explicit-constructor)
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return !error_.has_value(); }
+  // The failure's message; empty when ok.
+  const std::string& error() const { return ok() ? Empty() : *error_; }
+
+ private:
+  static const std::string& Empty() {
+    static const std::string empty;
+    return empty;
+  }
+  std::optional<std::string> error_;
+};
+
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  // A failed status (passing an ok one is a bug: there would be no value).
+  Result(Status status)  // NOLINT(google-explicit-constructor)
+      : v_(Error{status.error()}) {}
+
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+  const std::string& error() const { return std::get<1>(v_).message; }
+  Status status() const { return ok() ? Status() : Status(Error{error()}); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+namespace detail {
+[[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
+                              const std::string& message);
+}  // namespace detail
+
+}  // namespace limiter
+
+// Stops the process when `condition` is false: an invariant of the code, not of its input.
+#define LIMITER_CHECK(condition, message)                                            \
+  do {                                                                               \
+    if (!(condition)) [[unlikely]] {                                                 \
+      ::limiter::detail::CheckFailed(__FILE__, __LINE__, #condition, (message));     \
+    }                                                                                \
+  } while (false)
