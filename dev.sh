@@ -15,7 +15,7 @@ PACKAGES=(
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev libabsl-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
   libcpp-httplib-dev libboost-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox
-  unzip
+  unzip iproute2
 )
 JOBS="${JOBS:-2}"
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The key-flood benchmark of the README ("Under a key flood"): a legitimate client's latency
+# The key-flood benchmark (docs/benchmarks/key-flood.md): a legitimate client's latency
 # while another client with the secret floods one policy with new keys.
 #
 #   bench/flood_latency.sh BUILD_DIR RATE [RUNS] [SECONDS]

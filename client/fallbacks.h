@@ -1,5 +1,5 @@
 // Fallbacks: what a gateway decides by itself while a key's owner is slow or down, by the
-// policy's class (DESIGN.md): security to its strict local limit (or deny), contract to a
+// policy's class (docs/design.md): security to its strict local limit (or deny), contract to a
 // local bucket at L/N (or L with overshoot), billing open with the usage owed to the owner,
 // capacity to a local shedder. Every fallback decision is counted by class.
 //

@@ -1,5 +1,5 @@
 // SplitViews: what this gateway knows of hot keys their owners split into sub-buckets
-// (hot keys, DESIGN.md). A view is valid for as long as the owner said, and renewed half way
+// (hot keys, docs/design.md). A view is valid for as long as the owner said, and renewed half way
 // through, reporting the ops this gateway sent to the sub-buckets since; ops go to the
 // sub-buckets in turn, each gateway starting at a different one. A view an answer found out
 // of date is forgotten (the next op asks the owner) or replaced by the split the answer

@@ -18,7 +18,7 @@ namespace limiter {
 
 class Calendar;  // common/calendar.h
 
-// The class of a limit decides what happens when its store is unreachable (DESIGN.md).
+// The class of a limit decides what happens when its store is unreachable (docs/design.md).
 enum class LimitClass : uint8_t { kSecurity, kContract, kBilling, kCapacity };
 std::string_view LimitClassName(LimitClass c);
 std::optional<LimitClass> ParseLimitClass(std::string_view name);

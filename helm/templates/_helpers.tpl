@@ -210,7 +210,7 @@ too, rather than leave the pods waiting on a FailedMount.
 {{- define "limiter.policies" -}}
 {{- $parsed := fromYaml .Values.policies }}
 {{- if or (hasKey $parsed "Error") (not (kindIs "slice" (get $parsed "policies"))) }}
-{{- fail "limiter: values.policies must be a YAML policy file (a string) with a `policies:` list, see README \"Policy file\"" }}
+{{- fail "limiter: values.policies must be a YAML policy file (a string) with a `policies:` list, see docs/reference/policy-file.md" }}
 {{- end }}
 {{- .Values.policies }}
 {{- end }}
