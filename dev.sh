@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, runs.
 #   ./dev.sh main    the main job (Release build): the 50k scenario on a local 3-node cluster
-#   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror; the client also under
-#                    TSan; then the container stack, deploy/stack-test.sh), what CI runs
+#   ./dev.sh test    the whole test suite (ASan+UBSan build, -Werror; the clang pass: every
+#                    unit parsed with -Wthread-safety -Werror, and the format check; the client
+#                    also under TSan; then the container stack, deploy/stack-test.sh), what CI
+#                    runs
 #   ./dev.sh bench   the micro benchmarks (Release build)
 #   ./dev.sh fuzz    the frame fuzzer (clang++, libFuzzer) for FUZZ_SECONDS (600) on a copy of
 #                    the seed corpus; extra arguments go to the fuzzer
@@ -15,7 +17,7 @@ PACKAGES=(
   libasio-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev libyaml-cpp-dev libabsl-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev librocksdb-dev
   libcpp-httplib-dev libboost-dev libhiredis-dev libssl-dev openssl redis-server curl gnuplot-nox
-  unzip iproute2
+  unzip iproute2 python3 clang clang-format
 )
 JOBS="${JOBS:-2}"
 
@@ -77,6 +79,9 @@ case "${1:-}" in
     install_missing
     build build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_WERROR=ON \
       -DLIMITER_SANITIZE=address,undefined
+    # The clang pass: every unit of that build parsed by clang++, its lock annotations checked
+    # (common/mutex.h), no code generated (a few minutes); then the format check.
+    python3 test/checks/clang_pass.py build-test -j "$JOBS"
     install_helm
     LIMITER_HELM="$HELM" ctest --test-dir build-test --output-on-failure -j "$JOBS" --timeout 600
     # The gateway library again under ThreadSanitizer: its simulation and its real-process
@@ -100,7 +105,7 @@ case "${1:-}" in
       --benchmark_report_aggregates_only=true "${@:2}"
     ;;
   fuzz)
-    PACKAGES+=(clang libclang-rt-14-dev)
+    PACKAGES+=(libclang-rt-14-dev)
     install_missing
     [ -f build-fuzz/build.ninja ] || CXX=clang++ cmake -S . -B build-fuzz -G Ninja \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIMITER_FUZZ=ON >/dev/null

@@ -7,8 +7,9 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <utility>
+
+#include "common/mutex.h"
 
 namespace limiter {
 
@@ -21,21 +22,21 @@ class SharedValue {
   SharedValue& operator=(const SharedValue&) = delete;
 
   std::shared_ptr<T> load() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return value_;
   }
   // The value replaced is released after the lock is let go.
   void store(std::shared_ptr<T> value) {
     std::shared_ptr<T> old;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       old = std::exchange(value_, std::move(value));
     }
   }
 
  private:
-  mutable std::mutex mu_;
-  std::shared_ptr<T> value_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<T> value_ LIMITER_GUARDED_BY(mu_);
 };
 
 }  // namespace limiter

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/admin_port.h"
 
 #include <algorithm>
@@ -118,7 +119,7 @@ struct Port {
   asio::steady_timer accept_backoff{io};
   std::thread thread;
   std::atomic<std::thread::id> thread_id{};
-  std::mutex join_mu;  // one Stop joins at a time
+  Mutex join_mu;  // one Stop joins at a time
 
   void Accept();
   void Admit(tcp::socket socket);
@@ -562,7 +563,7 @@ void AdminPort::Stop() {
     asio::post(p.io, [&p] { p.CloseAll(); });
   }
   if (p.thread_id.load() == std::this_thread::get_id()) return;  // a handler: cannot join
-  std::lock_guard<std::mutex> lock(p.join_mu);
+  MutexLock lock(p.join_mu);
   if (p.thread.joinable()) p.thread.join();
 }
 

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/connection.h"
 
 #include <algorithm>
@@ -616,7 +617,7 @@ void ConnectionSet::EnforceBudget(Time now) {
 
 void PreauthQueue::Add(std::shared_ptr<Connection> c) {
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Entries older than the auth timeout have authenticated or been closed by then: they go
   // from the front, so the queue holds what the last auth_timeout accepted, at most.
   while (!entries_.empty() && (now - entries_.front().added >= horizon_ ||
@@ -629,7 +630,7 @@ void PreauthQueue::Add(std::shared_ptr<Connection> c) {
 bool PreauthQueue::EvictOldest() {
   std::shared_ptr<Connection> victim;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (!entries_.empty() && !victim) {
       std::shared_ptr<Connection> c = entries_.front().connection.lock();
       entries_.pop_front();

@@ -41,6 +41,7 @@
 // them).
 #include <asio/ip/tcp.hpp>
 
+#include "common/mutex.h"
 #include "common/counter.h"
 #include "common/shared_value.h"
 #include "server/node.h"
@@ -75,8 +76,8 @@ class PreauthQueue {
     std::chrono::steady_clock::time_point added;
   };
   const std::chrono::milliseconds horizon_;
-  std::mutex mu_;
-  std::deque<Entry> entries_;  // guarded by mu_
+  Mutex mu_;
+  std::deque<Entry> entries_ LIMITER_GUARDED_BY(mu_);
 };
 
 // What every worker's connections share: the node-wide counts their caps hold them to, and

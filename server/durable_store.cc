@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/durable_store.h"
 
 #include <algorithm>
@@ -164,10 +165,10 @@ class RocksStore final : public DurableStore {
 
   ~RocksStore() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (committer_.joinable()) committer_.join();
     if (db_) {
       // The memtable to an SST file: the next start need not replay the WAL. Not on a disk
@@ -267,13 +268,13 @@ class RocksStore final : public DurableStore {
     // Without the lock for every batch after the last one given up (all of them, once the
     // disk recovered).
     if (seq == 0 || seq > max_failed_.load(std::memory_order_acquire)) return false;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return failed_.count(seq) != 0;
   }
 
   void WhenSynced(uint64_t seq, std::function<void()> done) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (seq > finished_.load(std::memory_order_relaxed)) {
         waiters_.emplace_back(seq, std::move(done));
         return;
@@ -284,20 +285,26 @@ class RocksStore final : public DurableStore {
 
   void WaitSynced(uint64_t seq) override {
     if (seq <= finished_.load(std::memory_order_acquire)) return;
-    std::unique_lock lock(mu_);
-    synced_cv_.wait(lock, [&] { return finished_.load() >= seq || stop_; });
+    MutexLock lock(mu_);
+    synced_cv_.Wait(lock, [&] {
+      mu_.AssertHeld();
+      return finished_.load() >= seq || stop_;
+    });
   }
 
   void Flush() override {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     const uint64_t open = open_seq_.load();
     const uint64_t target = pending_count_.load() > 0 ? open : open - 1;
     flush_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
     // Bounded: a batch is written or given up within kGiveUpMs, but a stop must never hang
     // on a disk that does not answer at all.
-    const bool finished = synced_cv_.wait_for(lock, std::chrono::milliseconds(kFlushDeadlineMs),
-                                              [&] { return finished_.load() >= target || stop_; });
+    const bool finished =
+        synced_cv_.WaitFor(lock, std::chrono::milliseconds(kFlushDeadlineMs), [&] {
+          mu_.AssertHeld();
+          return finished_.load() >= target || stop_;
+        });
     if (!finished) {
       std::cerr << "limiterd: data dir '" << options_.data_dir << "': a flush did not finish "
                 << "within " << kFlushDeadlineMs << " ms; going on without it\n";
@@ -306,7 +313,7 @@ class RocksStore final : public DurableStore {
 
   std::optional<std::string> Unavailable() const override {
     if (!failing_.load(std::memory_order_acquire)) return std::nullopt;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return "durable store '" + options_.data_dir + "' cannot write (" + failure_ +
            "); durable keys are refused until it can again";
   }
@@ -368,7 +375,7 @@ class RocksStore final : public DurableStore {
     uint64_t seq = 0;
     int64_t queued = 0;
     {
-      std::lock_guard lock(shard.mu);
+      MutexLock lock(shard.mu);
       auto [it, added] = shard.pending.try_emplace(id);
       it->second.assign(value);
       // Read under the shard's lock: the committer moves it on with every shard locked, so
@@ -378,24 +385,25 @@ class RocksStore final : public DurableStore {
     }
     if (options_.mode == DurabilityMode::kSync) {
       if (queued == 1) {
-        std::lock_guard lock(mu_);  // the committer checks for work with mu_ held
-        cv_.notify_one();
+        MutexLock lock(mu_);  // the committer checks for work with mu_ held
+        cv_.NotifyOne();
       }
       return seq;
     }
     if (queued < static_cast<int64_t>(kMaxPending)) return 0;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!flush_) {
       flush_ = true;
-      cv_.notify_one();
+      cv_.NotifyOne();
     }
     return seq;
   }
 
   // Takes every shard's records as the batch `seq` (every shard locked, in order, while the
-  // open batch moves on) into taken_, and returns how many there are.
-  size_t TakeBatch(uint64_t* seq) {
-    for (Shard& shard : shards_) shard.mu.lock();
+  // open batch moves on) into taken_, and returns how many there are. Not checked by the
+  // lock analysis: it holds a whole array of locks, which it cannot name.
+  size_t TakeBatch(uint64_t* seq) LIMITER_NO_THREAD_SAFETY_ANALYSIS {
+    for (Shard& shard : shards_) shard.mu.Lock();
     *seq = open_seq_.fetch_add(1, std::memory_order_relaxed);
     size_t n = 0;
     for (size_t i = 0; i < kShards; ++i) {
@@ -403,7 +411,7 @@ class RocksStore final : public DurableStore {
       n += taken_[i].size();
     }
     pending_count_.store(0, std::memory_order_relaxed);
-    for (Shard& shard : shards_) shard.mu.unlock();
+    for (Shard& shard : shards_) shard.mu.Unlock();
     return n;
   }
 
@@ -475,7 +483,7 @@ class RocksStore final : public DurableStore {
   // Marks the store failing (or not), with why; logged when it changes.
   void SetFailing(const rocksdb::Status& s) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       failure_ = s.ToString();
     }
     if (!failing_.exchange(true)) {
@@ -489,7 +497,7 @@ class RocksStore final : public DurableStore {
   bool TryResume() {
     const rocksdb::Status s = db_->Resume();
     if (!s.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       failure_ = s.ToString();
       return false;
     }
@@ -503,7 +511,7 @@ class RocksStore final : public DurableStore {
 
   // The batch `seq` is finished: written (ok) or given up. Its replies are released; those of
   // a batch given up see Failed(seq) and end with an error rather than an acknowledgement.
-  void Finish(std::unique_lock<std::mutex>& lock, uint64_t seq, bool ok) {
+  void Finish(uint64_t seq, bool ok) LIMITER_REQUIRES(mu_) {
     std::vector<std::function<void()>> ready;
     if (ok) {
       commits_.fetch_add(1, std::memory_order_relaxed);
@@ -519,15 +527,15 @@ class RocksStore final : public DurableStore {
                                [&](const auto& w) { return w.first > seq; });
     for (auto it = keep; it != waiters_.end(); ++it) ready.push_back(std::move(it->second));
     waiters_.erase(keep, waiters_.end());
-    synced_cv_.notify_all();
-    lock.unlock();
+    synced_cv_.NotifyAll();
+    mu_.Unlock();  // the replies' wake-ups take other locks
     for (auto& done : ready) done();
-    lock.lock();
+    mu_.Lock();
   }
 
   // Records of batches given up, kept to be written once the disk takes writes again (each
   // key's latest: a later write of the key replaces it). With mu_ held.
-  void KeepUnwritten() {
+  void KeepUnwritten() LIMITER_REQUIRES(mu_) {
     for (Pending& taken : taken_) {
       for (auto& [id, value] : taken) unwritten_[id] = std::move(value);
       taken.clear();
@@ -544,27 +552,34 @@ class RocksStore final : public DurableStore {
   // what is not written, and its records are kept to be written after recovery. While failing,
   // Resume is tried every kResumeEveryMs and batches are given up at once.
   void Commit() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     const auto interval = std::chrono::milliseconds(std::max<int64_t>(1, options_.interval_ms));
     const auto resume_every = std::chrono::milliseconds(kResumeEveryMs);
     int64_t failures = 0;
     for (;;) {
-      const auto work = [&] { return stop_ || flush_ || pending_count_.load() > 0; };
+      const auto work = [&] {
+        mu_.AssertHeld();
+        return stop_ || flush_ || pending_count_.load() > 0;
+      };
+      const auto asked = [&] {
+        mu_.AssertHeld();
+        return stop_ || flush_;
+      };
       if (failing_.load()) {
-        cv_.wait_for(lock, resume_every, [&] { return stop_ || flush_; });
+        cv_.WaitFor(lock, resume_every, asked);
       } else if (options_.mode == DurabilityMode::kSync) {
-        cv_.wait(lock, work);
+        cv_.Wait(lock, work);
       } else {
-        cv_.wait_for(lock, interval, [&] { return stop_ || flush_; });
+        cv_.WaitFor(lock, interval, asked);
       }
       flush_ = false;
       if (failing_.load() && !stop_) {
-        lock.unlock();
+        lock.Unlock();
         TryResume();
-        lock.lock();
+        lock.Lock();
       }
       if (pending_count_.load() == 0 && (unwritten_.empty() || failing_.load())) {
-        synced_cv_.notify_all();
+        synced_cv_.NotifyAll();
         if (stop_) {
           if (!unwritten_.empty()) {
             std::cerr << "limiterd: data dir '" << options_.data_dir << "': stopping with "
@@ -574,22 +589,21 @@ class RocksStore final : public DurableStore {
         }
         continue;
       }
-      lock.unlock();  // shards before mu_: writers take them in that order
+      lock.Unlock();  // shards before mu_: writers take them in that order
       uint64_t seq = 0;
       TakeBatch(&seq);
-      lock.lock();
+      lock.Lock();
       for (auto& [id, value] : unwritten_) {  // older than anything taken now
         taken_[(id.lo ^ id.hi) % kShards].try_emplace(id, std::move(value));
       }
       unwritten_.clear();
       if (failing_.load()) {
         KeepUnwritten();
-        Finish(lock, seq, false);
+        Finish(seq, false);
         continue;
       }
-      lock.unlock();
+      lock.Unlock();
       rocksdb::WriteBatch batch;
-      size_t taken_count = 0;
       for (Pending& taken : taken_) {
         for (const auto& [id, value] : taken) {
           if (value.empty()) {
@@ -598,7 +612,6 @@ class RocksStore final : public DurableStore {
             batch.Put(durable::RecordKey(id), value);
           }
         }
-        taken_count += taken.size();
       }
       rocksdb::WriteOptions w;
       w.sync = true;
@@ -612,21 +625,25 @@ class RocksStore final : public DurableStore {
                     << "': a commit failed: " << s.ToString() << '\n';
         }
         {
-          std::unique_lock wait(mu_);
-          if (cv_.wait_for(wait, resume_every, [&] { return stop_; })) break;  // stopping
+          MutexLock wait(mu_);
+          const bool stopping = cv_.WaitFor(wait, resume_every, [&] {
+            mu_.AssertHeld();
+            return stop_;
+          });
+          if (stopping) break;
         }
         if (std::chrono::steady_clock::now() >= give_up) break;
         if (TryResume()) s = db_->Write(w, &batch);
       }
-      lock.lock();
+      lock.Lock();
       if (!s.ok()) {
         // Given up: its replies end with an error; its records wait for the disk.
         KeepUnwritten();
-        Finish(lock, seq, false);
+        Finish(seq, false);
         continue;
       }
       for (Pending& taken : taken_) taken.clear();
-      Finish(lock, seq, true);
+      Finish(seq, true);
     }
   }
 
@@ -636,9 +653,9 @@ class RocksStore final : public DurableStore {
   std::unique_ptr<rocksdb::DB> db_;
   std::thread committer_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;         // the committer waits for work
-  std::condition_variable synced_cv_;  // WaitSynced and Flush wait for a commit
+  mutable Mutex mu_;
+  CondVar cv_;         // the committer waits for work
+  CondVar synced_cv_;  // WaitSynced and Flush wait for a commit
   // The batch being filled: each key's last record (empty: a delete), so that a key written
   // many times between two commits is written once.
   struct IdHash {
@@ -648,23 +665,23 @@ class RocksStore final : public DurableStore {
   // Writers meet only when their keys share one of kShards shards.
   static constexpr size_t kShards = 64;
   struct alignas(64) Shard {
-    std::mutex mu;
-    Pending pending;  // guarded by mu
+    Mutex mu;
+    Pending pending LIMITER_GUARDED_BY(mu);
   };
   std::array<Shard, kShards> shards_;
   std::array<Pending, kShards> taken_;  // the committer's: the batch being written
   std::atomic<int64_t> pending_count_{0};  // keys queued over the shards
   std::atomic<uint64_t> open_seq_{1};  // the batch being filled; moved with every shard locked
-  bool flush_ = false;                 // guarded by mu_
-  bool stop_ = false;                  // guarded by mu_
-  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_;  // guarded by mu_
+  bool flush_ LIMITER_GUARDED_BY(mu_) = false;
+  bool stop_ LIMITER_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiters_ LIMITER_GUARDED_BY(mu_);
   // Every batch up to this one is finished: durable, or given up (then in failed_).
   std::atomic<uint64_t> finished_{0};
-  std::set<uint64_t> failed_;            // guarded by mu_: batches given up (the latest ones)
+  std::set<uint64_t> failed_ LIMITER_GUARDED_BY(mu_);  // batches given up (the latest ones)
   std::atomic<uint64_t> max_failed_{0};  // the latest batch given up; 0: none
-  Pending unwritten_;                    // guarded by mu_: records of batches given up
+  Pending unwritten_ LIMITER_GUARDED_BY(mu_);  // records of batches given up
   std::atomic<bool> failing_{false};     // the last write failed and no Resume succeeded since
-  std::string failure_;                  // guarded by mu_: why
+  std::string failure_ LIMITER_GUARDED_BY(mu_);  // why the last write failed
 
   std::atomic<int64_t> writes_{0}, commits_{0}, reads_{0}, read_hits_{0}, errors_{0};
   std::atomic<int64_t> failed_batches_{0}, resumes_{0};

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/hot_keys.h"
 
 #include <algorithm>
@@ -33,7 +34,7 @@ HotKeys::HotKeys(const PolicyTable& policies, const Clock& clock, Store& store,
 }
 
 HotKeys::Sampler& HotKeys::AddSampler() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   samplers_.push_back(std::make_unique<Sampler>(options_.sketch_capacity));
   return *samplers_.back();
 }
@@ -46,7 +47,7 @@ void HotKeys::Sample(Sampler& s, int policy, std::string_view key, const KeyId& 
     protocol::AppendSubBucketRoutingKey(s.display_, key, split_index);
     name = s.display_;
   }
-  std::lock_guard<std::mutex> lock(s.mu_);
+  MutexLock lock(s.mu_);
   s.sketch_.Add(policy, name, id.lo, weight, denied, split_k);
 }
 
@@ -190,7 +191,7 @@ void HotKeys::StartSplit(int policy, const std::string& key, int64_t rate, int64
 
 void HotKeys::Tick() {
   const int64_t now = clock_.NowMs();
-  std::lock_guard<std::mutex> tick_lock(mu_);
+  MutexLock tick_lock(mu_);
   const int64_t elapsed = std::max<int64_t>(1, now - last_tick_ms_);
   last_tick_ms_ = now;
 
@@ -204,7 +205,7 @@ void HotKeys::Tick() {
   };
   std::unordered_map<uint64_t, Merged> merged;
   for (const auto& s : samplers_) {
-    std::lock_guard<std::mutex> lock(s->mu_);
+    MutexLock lock(s->mu_);
     s->sketch_.Roll();
     for (const HotKeySketch::Entry& e : s->sketch_.Top(s->sketch_.size())) {
       if (e.last == 0) continue;
@@ -261,6 +262,7 @@ void HotKeys::Tick() {
     top_.push_back({policies_.at(m.policy).name, m.key, m.ops, m.denied, m.tag});
   }
   store_.VisitSplits([&](const KeyId&, Store::Split& split) {
+    mu_.AssertHeld();  // Tick's, held around the visit
     const std::string& name = policies_.at(split.policy).name;
     auto it = std::find_if(top_.begin(), top_.end(), [&](const HotKey& k) {
       return k.split_k == 0 && k.policy == name && k.key == split.key;
@@ -276,7 +278,7 @@ void HotKeys::Tick() {
 }
 
 std::vector<HotKeys::HotKey> HotKeys::Top() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return top_;
 }
 

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/hot_key_sketch.h"
 #include "common/rate.h"
@@ -59,8 +60,8 @@ class HotKeys {
 
    private:
     friend class HotKeys;
-    std::mutex mu_;
-    HotKeySketch sketch_;  // guarded by mu_
+    Mutex mu_;
+    HotKeySketch sketch_ LIMITER_GUARDED_BY(mu_);
     uint32_t sampled_ = 0;  // the worker's own
     std::string display_;  // scratch: a sub-bucket's name
   };
@@ -137,10 +138,10 @@ class HotKeys {
   std::vector<std::vector<Rate>> sub_rates_;
   std::atomic<uint32_t> split_epoch_{0};
 
-  mutable std::mutex mu_;  // Tick and Top
-  std::vector<std::unique_ptr<Sampler>> samplers_;  // guarded by mu_ (the vector only)
-  std::vector<HotKey> top_;                         // guarded by mu_
-  int64_t last_tick_ms_ = 0;                        // guarded by mu_
+  mutable Mutex mu_;  // Tick and Top
+  std::vector<std::unique_ptr<Sampler>> samplers_ LIMITER_GUARDED_BY(mu_);  // (the vector only)
+  std::vector<HotKey> top_ LIMITER_GUARDED_BY(mu_);
+  int64_t last_tick_ms_ LIMITER_GUARDED_BY(mu_) = 0;
 };
 
 template <class Entries>

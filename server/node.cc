@@ -1,6 +1,7 @@
 // Node: frames in, replies out. Verifying a frame, dispatching its ops and encoding their
 // replies; resolving an op's limits is in node_resolve.cc, what each op does to the store in
 // node_ops.cc, the node-to-node ops in node_peer_ops.cc.
+#include "common/mutex.h"
 #include "server/node.h"
 
 #include <algorithm>
@@ -60,7 +61,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
       hot_keys_(table_, clock, store_, auth_, options_.hot),
       metrics_({table_, clock, store_, ownership_, handoff_, durable_.get(), regions_.get(),
                 [this](const std::function<void(const WorkerCounters&)>& visit) {
-                  std::lock_guard<std::mutex> guard(workers_mu_);
+                  MutexLock guard(workers_mu_);
                   for (const auto& w : workers_) visit(w->counters);
                 }}),
       next_lease_id_(options_.lease_id_start != 0 ? options_.lease_id_start
@@ -69,7 +70,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
 Node::~Node() = default;
 
 Node::Worker& Node::AddWorker() {
-  std::lock_guard<std::mutex> guard(workers_mu_);
+  MutexLock guard(workers_mu_);
   workers_.push_back(std::make_unique<Worker>(table_.size(), hot_keys_.AddSampler()));
   return *workers_.back();
 }
@@ -79,7 +80,7 @@ WorkerCounters& Node::CountersOf(Worker& worker) { return worker.counters; }
 void Node::WaitForFrames(std::chrono::steady_clock::time_point deadline) {
   std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> busy;
   {
-    std::lock_guard<std::mutex> lock(workers_mu_);
+    MutexLock lock(workers_mu_);
     for (const auto& w : workers_) {
       const uint64_t seq = w->counters.frame_seq.load(std::memory_order_acquire);
       if (seq % 2 == 1) busy.emplace_back(&w->counters.frame_seq, seq);

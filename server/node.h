@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/policy.h"
 #include "common/status.h"
@@ -176,8 +177,8 @@ class Node {
   // never mistaken for one granted after it.
   std::atomic<uint64_t> next_lease_id_;
 
-  mutable std::mutex workers_mu_;
-  std::vector<std::unique_ptr<Worker>> workers_;  // guarded by workers_mu_ (the vector only)
+  mutable Mutex workers_mu_;
+  std::vector<std::unique_ptr<Worker>> workers_ LIMITER_GUARDED_BY(workers_mu_);  // (the vector only)
 };
 
 }  // namespace limiter

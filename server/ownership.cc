@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/ownership.h"
 
 #include <algorithm>
@@ -31,7 +32,7 @@ Ownership::Ownership(const Clock& clock, Options options, std::vector<std::strin
 }
 
 Status Ownership::SetMembers(std::vector<std::string> members, uint64_t generation) {
-  std::lock_guard<std::mutex> change(change_mu_);
+  MutexLock change(change_mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   if (generation <= current->generation) return Status::Ok();  // not newer: keep ours
   auto next = std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(members)), generation});
@@ -48,7 +49,7 @@ Status Ownership::MemberLeaves(const std::string& member, uint64_t generation) {
     return Error{"leaving: this node (" + member +
                  ") is the one named; a node announces its own leave"};
   }
-  std::lock_guard<std::mutex> change(change_mu_);
+  MutexLock change(change_mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   if (!Lists(current->ring, member)) return Status::Ok();  // gone already: nothing changes
   std::vector<std::string> rest;
@@ -71,7 +72,7 @@ Status Ownership::MemberJoins(const std::string& member, uint64_t generation) {
     return Error{"joining: this node (" + member +
                  ") is the one named; a node announces its own join"};
   }
-  std::lock_guard<std::mutex> change(change_mu_);
+  MutexLock change(change_mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   if (Lists(current->ring, member)) {
     // Listed already: whatever this node owed it went (or was lost) when it was added. Once
@@ -80,7 +81,7 @@ Status Ownership::MemberJoins(const std::string& member, uint64_t generation) {
     if (generation > current->generation) {
       next = std::make_shared<const ClusterRing>(ClusterRing{current->ring, generation});
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Publish(next);
     Queue({current, std::move(next), member});
     return Status::Ok();
@@ -102,7 +103,7 @@ Status Ownership::MemberJoins(const std::string& member, uint64_t generation) {
 }
 
 void Ownership::Rehome(std::shared_ptr<const ClusterRing> next) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   Publish(next);
   if (next->ring.empty()) return;  // nobody left to hand to
@@ -111,10 +112,11 @@ void Ownership::Rehome(std::shared_ptr<const ClusterRing> next) {
 
 void Ownership::NoteAnnounced(const ClusterRing& before, const ClusterRing& after) {
   if (after.ring.members() == before.ring.members()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t now = clock_.NowMs();
+  const bool too_many = announced_.size() > 4 * Ring::kMaxMembers;  // names that come and go
   std::erase_if(announced_, [&](const auto& a) {
-    return now - a.second.second > kAnnouncedHoldMs || announced_.size() > 4 * Ring::kMaxMembers;
+    return too_many || now - a.second.second > kAnnouncedHoldMs;
   });
   for (const std::string& m : before.ring.members()) {
     if (!Lists(after.ring, m)) announced_[m] = {false, now};
@@ -125,7 +127,7 @@ void Ownership::NoteAnnounced(const ClusterRing& before, const ClusterRing& afte
 }
 
 std::vector<std::string> Ownership::WithAnnounced(std::vector<std::string> discovered) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t now = clock_.NowMs();
   for (const auto& [member, what] : announced_) {
     if (now - what.second > kAnnouncedHoldMs) continue;
@@ -139,7 +141,7 @@ std::vector<std::string> Ownership::WithAnnounced(std::vector<std::string> disco
 bool Ownership::Adopt(const Ring* before_override, std::shared_ptr<const ClusterRing> next,
                       uint64_t wait_generation) {
   if (wait_generation == 0) wait_generation = next->generation;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   if (next->generation <= current->generation) return false;
   if (leaving_.load()) return false;  // it gives every key away whatever the list
@@ -195,7 +197,7 @@ bool Ownership::Adopt(const Ring* before_override, std::shared_ptr<const Cluster
 }
 
 void Ownership::Leave(uint64_t generation) {
-  std::lock_guard<std::mutex> change(change_mu_);
+  MutexLock change(change_mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   std::vector<std::string> others;
   for (const std::string& m : current->ring.members()) {
@@ -206,7 +208,7 @@ void Ownership::Leave(uint64_t generation) {
   generation = std::max(generation, current->generation + 1);
   auto next =
       std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(others)), generation});
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   leaving_.store(true);
   for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(0);
   pending_count_.store(0);
@@ -226,9 +228,9 @@ Status Ownership::Join(std::vector<std::string> previous, std::vector<std::strin
   // The list it joins from is one the members hand its keys by: remembered (MayHand).
   const auto before =
       std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(previous)), 0});
-  std::lock_guard<std::mutex> change(change_mu_);
+  MutexLock change(change_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);  // the gate gives way to the real waits
+    MutexLock lock(mu_);  // the gate gives way to the real waits
     for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
       uint8_t gate = kAnySource;
       pending_[slot].compare_exchange_strong(gate, 0);
@@ -253,12 +255,12 @@ void Ownership::Remember(std::shared_ptr<const ClusterRing> list) {
 void Ownership::Queue(Job job) {
   jobs_.push_back(std::move(job));
   counters_.jobs.fetch_add(1);
-  jobs_cv_.notify_all();
+  jobs_cv_.NotifyAll();
 }
 
 std::vector<std::shared_ptr<const ClusterRing>> Ownership::KnownLists() const {
   std::vector<std::shared_ptr<const ClusterRing>> known{current_.load()};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   known.insert(known.end(), recent_.begin(), recent_.end());
   return known;
 }
@@ -295,7 +297,7 @@ bool Ownership::MayHand(const std::string& from, uint32_t slot,
 }
 
 void Ownership::OpenGate() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int64_t count = 0;
   for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) {
     uint8_t gate = kAnySource;
@@ -306,7 +308,7 @@ void Ownership::OpenGate() {
 }
 
 void Ownership::Handed(const std::string& from, uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (handed_.size() > 4 * Ring::kMaxMembers) handed_.clear();  // names that come and go
   uint64_t& done = handed_[from];
   done = std::max(done, generation);
@@ -330,7 +332,7 @@ void Ownership::Handed(const std::string& from, uint64_t generation) {
 
 void Ownership::ExpireWaits(int64_t now) {
   if (pending_count_.load() == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (pending_count_.load() == 0 || now < waits_until_ms_) return;
   // Whoever held these keys did not hand them over in time (killed, cut off): they start
   // fresh here, which is the crash promise (at most one burst per key).
@@ -341,8 +343,13 @@ void Ownership::ExpireWaits(int64_t now) {
 }
 
 std::optional<Ownership::Job> Ownership::TakeJob(std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!jobs_cv_.wait_for(lock, wait, [this] { return !jobs_.empty(); })) return std::nullopt;
+  MutexLock lock(mu_);
+  if (!jobs_cv_.WaitFor(lock, wait, [this] {
+        mu_.AssertHeld();
+        return !jobs_.empty();
+      })) {
+    return std::nullopt;
+  }
   Job job = std::move(jobs_.front());
   jobs_.pop_front();
   ++jobs_running_;
@@ -350,19 +357,19 @@ std::optional<Ownership::Job> Ownership::TakeJob(std::chrono::milliseconds wait)
 }
 
 void Ownership::JobDone() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   --jobs_running_;
 }
 
 void Ownership::ForwardReceived() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!jobs_.empty()) return;  // the job queued will send them
   const std::shared_ptr<const ClusterRing> m = current_.load();
   Queue({m, m, {}});
 }
 
 int64_t Ownership::jobs_in_progress() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return static_cast<int64_t>(jobs_.size()) + jobs_running_;
 }
 

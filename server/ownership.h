@@ -18,17 +18,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/shared_value.h"
 #include "common/status.h"
@@ -135,14 +134,15 @@ class Ownership {
   // when null). False when `next` was not newer. The waits end with a `done` at
   // wait_generation (next's when 0). With change_mu_ held.
   bool Adopt(const Ring* before, std::shared_ptr<const ClusterRing> next,
-             uint64_t wait_generation = 0);
+             uint64_t wait_generation = 0) LIMITER_REQUIRES(change_mu_) LIMITER_EXCLUDES(mu_);
   // A leaving node's new list to hand its keys by: queues a job for what it still holds.
   // With change_mu_ held.
-  void Rehome(std::shared_ptr<const ClusterRing> next);
+  void Rehome(std::shared_ptr<const ClusterRing> next) LIMITER_REQUIRES(change_mu_)
+      LIMITER_EXCLUDES(mu_);
   // With mu_ held: makes `next` current, remembering the one it replaces; queues a job.
-  void Publish(std::shared_ptr<const ClusterRing> next);
-  void Remember(std::shared_ptr<const ClusterRing> list);
-  void Queue(Job job);
+  void Publish(std::shared_ptr<const ClusterRing> next) LIMITER_REQUIRES(mu_);
+  void Remember(std::shared_ptr<const ClusterRing> list) LIMITER_REQUIRES(mu_);
+  void Queue(Job job) LIMITER_REQUIRES(mu_);
 
   const Clock& clock_;
   const Options options_;
@@ -155,22 +155,22 @@ class Ownership {
   std::atomic<int64_t> pending_count_{0};
   Counters counters_;
 
-  std::mutex change_mu_;  // one list change at a time; taken before mu_
-  mutable std::mutex mu_;
-  std::condition_variable jobs_cv_;
+  Mutex change_mu_;  // one list change at a time; taken before mu_
+  mutable Mutex mu_ LIMITER_ACQUIRED_AFTER(change_mu_);
+  CondVar jobs_cv_;
   struct Wait {
     std::string from;
     uint64_t generation = 0;  // done for this generation or a later one ends the wait
   };
-  std::vector<Wait> waits_;                           // guarded by mu_
-  std::unordered_map<std::string, uint64_t> handed_;  // member -> latest done; mu_
-  // Members announced gone (false) or come (true), and when (node clock); mu_.
-  std::unordered_map<std::string, std::pair<bool, int64_t>> announced_;
-  int64_t waits_until_ms_ = 0;  // guarded by mu_
-  std::deque<Job> jobs_;        // guarded by mu_
-  int64_t jobs_running_ = 0;    // guarded by mu_
-  // Lists held before the current one, newest first (at most kRecentLists); mu_.
-  std::deque<std::shared_ptr<const ClusterRing>> recent_;
+  std::vector<Wait> waits_ LIMITER_GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint64_t> handed_ LIMITER_GUARDED_BY(mu_);  // latest done
+  // Members announced gone (false) or come (true), and when (node clock).
+  std::unordered_map<std::string, std::pair<bool, int64_t>> announced_ LIMITER_GUARDED_BY(mu_);
+  int64_t waits_until_ms_ LIMITER_GUARDED_BY(mu_) = 0;
+  std::deque<Job> jobs_ LIMITER_GUARDED_BY(mu_);
+  int64_t jobs_running_ LIMITER_GUARDED_BY(mu_) = 0;
+  // Lists held before the current one, newest first (at most kRecentLists).
+  std::deque<std::shared_ptr<const ClusterRing>> recent_ LIMITER_GUARDED_BY(mu_);
 };
 
 }  // namespace limiter

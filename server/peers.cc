@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/peers.h"
 
 #include <algorithm>
@@ -36,9 +37,8 @@ void Log(const std::string& line) {
 }  // namespace
 
 struct Peers::Link {
-  std::mutex mu;
-  std::unique_ptr<NodeConnection> connection;  // guarded by mu; null: not connected
-  int64_t last_used_ms = 0;                    // node clock; guarded by Peers::mu_
+  Mutex mu;
+  std::unique_ptr<NodeConnection> connection LIMITER_GUARDED_BY(mu);  // null: not connected
 };
 
 Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms,
@@ -69,7 +69,7 @@ Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, in
 }
 
 size_t Peers::links() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return links_.size();
 }
 
@@ -78,23 +78,23 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
   // Links idle too long, closed once mu_ is released (closing one may write a TLS close).
   std::vector<std::shared_ptr<Link>> idle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const int64_t now = node_.NowMs();
     for (auto it = links_.begin(); it != links_.end();) {
-      if (it->first != member && now - it->second->last_used_ms >= idle_ms_) {
-        idle.push_back(std::move(it->second));
+      if (it->first != member && now - it->second.last_used_ms >= idle_ms_) {
+        idle.push_back(std::move(it->second.link));
         it = links_.erase(it);
       } else {
         ++it;
       }
     }
-    std::shared_ptr<Link>& l = links_[member];
-    if (!l) l = std::make_shared<Link>();
-    l->last_used_ms = now;
-    link = l;
+    Used& used = links_[member];
+    if (!used.link) used.link = std::make_shared<Link>();
+    used.last_used_ms = now;
+    link = used.link;
   }
   idle.clear();
-  std::lock_guard<std::mutex> lock(link->mu);
+  MutexLock lock(link->mu);
   std::string last_error;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!link->connection) {

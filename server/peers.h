@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/tls_options.h"
 #include "server/node.h"
@@ -87,8 +88,12 @@ class Peers {
   std::shared_ptr<asio::ssl::context> tls_;
   const int timeout_ms_;
   const int64_t idle_ms_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Link>> links_;  // guarded by mu_
+  mutable Mutex mu_;
+  struct Used {
+    std::shared_ptr<Link> link;
+    int64_t last_used_ms = 0;  // node clock
+  };
+  std::map<std::string, Used> links_ LIMITER_GUARDED_BY(mu_);
 };
 
 }  // namespace limiter

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/region_shares.h"
 
 #include <algorithm>
@@ -45,8 +46,8 @@ struct RegionShares::Record {
 };
 
 struct RegionShares::Shard {
-  std::mutex mu;
-  std::unordered_map<KeyId, Record, KeyIdHash> records;  // guarded by mu
+  Mutex mu;
+  std::unordered_map<KeyId, Record, KeyIdHash> records LIMITER_GUARDED_BY(mu);
 };
 
 std::optional<std::string> RegionShares::Check(const PolicySet& policies,
@@ -130,6 +131,7 @@ int64_t RegionShares::FloorShare(int policy) const {
 
 RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, int64_t now,
                                          bool create, bool for_report) {
+  s.mu.AssertHeld();  // the callers hold it
   const auto it = s.records.find(id);
   if (it != s.records.end()) return &it->second;
   // Other regions' reports may track at most three quarters of max_keys: the rest is kept
@@ -155,7 +157,7 @@ RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, 
 
 Rate RegionShares::Use(int policy, const KeyId& id, int64_t units, int64_t now) {
   Shard& s = ShardOf(id);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   Record* r = Find(s, policy, id, now, /*create=*/true);
   if (r == nullptr) {
     counters_.keys_untracked.fetch_add(1, std::memory_order_relaxed);
@@ -181,7 +183,7 @@ Rate RegionShares::Use(int policy, const KeyId& id, int64_t units, int64_t now) 
 
 bool RegionShares::Reconcile(const KeyId& id, const Rate& rate, KeyLimiter& state, int64_t now) {
   Shard& s = ShardOf(id);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   const auto it = s.records.find(id);
   if (it == s.records.end()) return false;
   Record& r = it->second;
@@ -217,7 +219,7 @@ void RegionShares::Measure(int64_t now) {
   const int64_t interval = options_.rebalance_interval_ms;
   for (size_t sh = 0; sh < kShards; ++sh) {
     Shard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     for (auto it = s.records.begin(); it != s.records.end();) {
       Record& r = it->second;
       r.sent_demand = DemandOf(r, now);
@@ -249,7 +251,7 @@ void RegionShares::Rebalance(int64_t now) {
   std::vector<std::shared_ptr<const Ring>> rings;
   std::vector<std::vector<bool>> owner_up(names_.size());
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    MutexLock lock(links_mu_);
     rings = rings_;
     for (size_t i = 0; i < names_.size(); ++i) {
       if (i == self_) continue;
@@ -268,7 +270,7 @@ void RegionShares::Rebalance(int64_t now) {
   int64_t keys = 0;
   for (size_t sh = 0; sh < kShards; ++sh) {
     Shard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     for (auto it = s.records.begin(); it != s.records.end();) {
       Record& r = it->second;
       const Policy& p = policies_.policies()[static_cast<size_t>(r.policy)];
@@ -338,7 +340,7 @@ void RegionShares::SetMembers(const std::string& region, std::vector<std::string
   const auto it = std::find(names_.begin(), names_.end(), region);
   if (it == names_.end() || static_cast<size_t>(it - names_.begin()) == self_) return;
   auto ring = std::make_shared<const Ring>(std::move(members));
-  std::lock_guard<std::mutex> lock(links_mu_);
+  MutexLock lock(links_mu_);
   rings_[static_cast<size_t>(it - names_.begin())] = std::move(ring);
 }
 
@@ -347,7 +349,7 @@ std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
                                                         uint64_t key_seed) {
   std::vector<std::shared_ptr<const Ring>> rings;
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    MutexLock lock(links_mu_);
     rings = rings_;
   }
   // Per region, per member: the keys it owns that had traffic here.
@@ -357,7 +359,7 @@ std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
   }
   for (size_t sh = 0; sh < kShards; ++sh) {
     Shard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     for (const auto& [id, r] : s.records) {
       if (r.sent_demand == 0) continue;
       for (size_t i = 0; i < names_.size(); ++i) {
@@ -391,7 +393,7 @@ std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
 
 std::pair<int64_t, int64_t> RegionShares::Carried(const KeyId& id) {
   Shard& s = ShardOf(id);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   const auto it = s.records.find(id);
   if (it == s.records.end()) return {0, 0};
   // The key leaves this node: so does its record (it must not report stale demand).
@@ -418,7 +420,7 @@ void RegionShares::Adopt(int policy, const KeyId& id, int64_t share, int64_t sta
                                              : ShareRate(p.algorithm, p.rate, state_share);
   if (!rate || !state_rate) return;
   Shard& s = ShardOf(id);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   if (s.records.count(id)) return;  // served here meanwhile: its own record stands
   Record* r = Find(s, policy, id, now, /*create=*/true);
   if (r == nullptr) return;
@@ -430,14 +432,14 @@ void RegionShares::Adopt(int policy, const KeyId& id, int64_t share, int64_t sta
 void RegionShares::NoteSent(const std::string& region, bool delivered, int64_t now) {
   const auto it = std::find(names_.begin(), names_.end(), region);
   if (it == names_.end() || delivered) return;
-  std::lock_guard<std::mutex> lock(links_mu_);
+  MutexLock lock(links_mu_);
   send_failed_ms_[static_cast<size_t>(it - names_.begin())] = now;
 }
 
 bool RegionShares::IsMemberOf(const std::string& region, const std::string& node) const {
   const auto it = std::find(names_.begin(), names_.end(), region);
   if (it == names_.end()) return false;
-  std::lock_guard<std::mutex> lock(links_mu_);
+  MutexLock lock(links_mu_);
   const std::shared_ptr<const Ring>& ring = rings_[static_cast<size_t>(it - names_.begin())];
   if (!ring) return false;
   const auto& m = ring->members();
@@ -446,7 +448,7 @@ bool RegionShares::IsMemberOf(const std::string& region, const std::string& node
 
 std::vector<std::string> RegionShares::AllOtherMembers() const {
   std::vector<std::string> all;
-  std::lock_guard<std::mutex> lock(links_mu_);
+  MutexLock lock(links_mu_);
   for (size_t i = 0; i < rings_.size(); ++i) {
     if (i == self_ || !rings_[i]) continue;
     all.insert(all.end(), rings_[i]->members().begin(), rings_[i]->members().end());
@@ -494,7 +496,7 @@ Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t
   const size_t from = static_cast<size_t>(it - names_.begin());
   const std::string node = report.node() ? report.node()->str().substr(0, kMaxNameBytes) : "";
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    MutexLock lock(links_mu_);
     heard_ms_[from] = now;
     if (node_heard_ms_.size() > 4 * kMaxRegions * Ring::kMaxMembers) node_heard_ms_.clear();
     int64_t& last = node_heard_ms_[region + '/' + node];
@@ -516,7 +518,7 @@ Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t
       // A key of another node of this region: the sender's list of this region differs.
       if (!own.empty() && own.members()[own.OwnerOfSlot(RingSlotOf(id))] != self) continue;
       Shard& s = ShardOf(id);
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(s.mu);
       Record* r = Find(s, k->policy(), id, now, /*create=*/true, /*for_report=*/true);
       if (r == nullptr) {
         counters_.keys_untracked.fetch_add(1, std::memory_order_relaxed);
@@ -533,7 +535,7 @@ std::vector<RegionShares::View> RegionShares::ViewOf(int policy, const KeyId* id
                                                      int64_t now) const {
   std::vector<View> views(names_.size());
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    MutexLock lock(links_mu_);
     for (size_t i = 0; i < names_.size(); ++i) {
       views[i].region = names_[i];
       views[i].link_age_ms = i == self_ ? 0 : heard_ms_[i] < 0 ? -1 : now - heard_ms_[i];
@@ -543,7 +545,7 @@ std::vector<RegionShares::View> RegionShares::ViewOf(int policy, const KeyId* id
   }
   if (id != nullptr) {
     Shard& s = ShardOf(*id);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     const auto it = s.records.find(*id);
     if (it != s.records.end() && it->second.policy == policy) {
       const Record& r = it->second;
@@ -574,7 +576,7 @@ std::vector<RegionShares::TopShare> RegionShares::Top(size_t n) const {
   std::vector<TopShare> all;
   for (size_t sh = 0; sh < kShards; ++sh) {
     Shard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     for (const auto& [id, r] : s.records) {
       all.push_back({policies_.policies()[static_cast<size_t>(r.policy)].name, r.share,
                      r.sent_demand});

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
@@ -165,12 +166,16 @@ class RegionShares {
   size_t self_ = 0;                 // index of this region in names_
   int64_t window_buckets_ = 19;     // the demand window, in 100 ms buckets (one interval less one)
   std::unique_ptr<Shard[]> shards_;
-  mutable std::mutex links_mu_;
-  std::vector<int64_t> heard_ms_;        // per region index: any report; -1 never; links_mu_
-  std::vector<int64_t> send_failed_ms_;  // per region index: a report not delivered; links_mu_
+  mutable Mutex links_mu_;
+  // Per region index: the last report from any of its nodes (-1: never), the last report to
+  // it not delivered.
+  std::vector<int64_t> heard_ms_ LIMITER_GUARDED_BY(links_mu_);
+  std::vector<int64_t> send_failed_ms_ LIMITER_GUARDED_BY(links_mu_);
   uint64_t settings_ = 0;                // digest of what every region must share
-  std::unordered_map<std::string, int64_t> node_heard_ms_;  // sender -> last report; links_mu_
-  std::vector<std::shared_ptr<const Ring>> rings_;  // per region index (self: unused); links_mu_
+  // sender -> last report
+  std::unordered_map<std::string, int64_t> node_heard_ms_ LIMITER_GUARDED_BY(links_mu_);
+  // per region index (self: unused)
+  std::vector<std::shared_ptr<const Ring>> rings_ LIMITER_GUARDED_BY(links_mu_);
   Counters counters_;
 };
 

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/secret_watcher.h"
 
 #include <cstdio>
@@ -18,17 +19,20 @@ SecretWatcher::SecretWatcher(Node& node, std::string path, auth::SecretKind kind
 
 SecretWatcher::~SecretWatcher() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 void SecretWatcher::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
-    lock.unlock();
+  MutexLock lock(mu_);
+  while (!cv_.WaitFor(lock, interval_, [this] {
+    mu_.AssertHeld();
+    return stopping_;
+  })) {
+    lock.Unlock();
     Result<auth::Secrets> read = auth::LoadSecretFile(path_);
     if (!read) {
       if (read.error() != last_error_) {
@@ -52,7 +56,7 @@ void SecretWatcher::Run() {
         }
       }
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

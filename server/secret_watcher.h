@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "protocol/auth.h"
 
 namespace limiter {
@@ -35,9 +36,9 @@ class SecretWatcher {
   const std::chrono::milliseconds interval_;
   auth::Secrets current_;  // only on the watcher's thread
   std::string last_error_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ LIMITER_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/server.h"
 
 #include <openssl/ssl.h>
@@ -137,8 +138,8 @@ struct Server::Impl {
   std::unique_ptr<AdminPort> admin;
   std::atomic<bool> serving{false};
   std::atomic<bool> stopping{false};
-  std::mutex sweep_mu;
-  std::condition_variable sweep_cv;
+  Mutex sweep_mu;
+  CondVar sweep_cv;
   std::thread sweeper;
   std::thread resolver;  // members_dns refreshes
   std::thread peer_refresher;  // the members' addresses, for the acceptor (RefreshPeers)
@@ -167,13 +168,13 @@ struct Server::Impl {
     const std::string self =
         node.options().self.empty() ? options.listen : node.options().self;
     std::map<std::string, std::string> last_error;  // per destination: logged once
-    std::mutex log_mu;
+    Mutex log_mu;
     const auto wall = [] { return static_cast<int64_t>(WallClockGeneration()); };  // ms, 1970
     // Waits until the wall clock reads `at` (through spurious wakeups); false once stopping.
-    std::unique_lock<std::mutex> lock(sweep_mu);
+    MutexLock lock(sweep_mu);
     const auto wait_until = [&](int64_t at) {
       for (int64_t now = wall(); !stopping && now < at; now = wall()) {
-        sweep_cv.wait_for(lock, std::chrono::milliseconds(at - now));
+        sweep_cv.WaitFor(lock, std::chrono::milliseconds(at - now));
       }
       return !stopping.load();
     };
@@ -190,12 +191,12 @@ struct Server::Impl {
         }
       }
     };
-    lock.unlock();
+    lock.Unlock();
     resolve();
-    lock.lock();
+    lock.Lock();
     int64_t tick = (wall() / interval + 1) * interval;
     while (wait_until(tick)) {
-      lock.unlock();
+      lock.Unlock();
       regions.Measure(node.NowMs());
       std::map<std::string, std::vector<RegionShares::Report>> by_region;
       for (auto& report : regions.Reports(self, node.policy_table().digest(), KeyIdSeedDigest())) {
@@ -209,7 +210,7 @@ struct Server::Impl {
             std::optional<std::string> error = region_peers->Send(report.member, report.body);
             if (error) regions.counters().send_errors.fetch_add(1);
             delivered = delivered && !error;
-            std::lock_guard<std::mutex> guard(log_mu);
+            MutexLock guard(log_mu);
             std::string& last = last_error[report.member];
             if (error && *error != last) {
               std::fprintf(stderr, "limiterd: region %s: %s\n", region.c_str(), error->c_str());
@@ -223,13 +224,13 @@ struct Server::Impl {
         });
       }
       for (std::thread& t : senders) t.join();
-      lock.lock();
+      lock.Lock();
       // Half an interval after this tick (at once when the sends took longer): the shares.
       if (!wait_until(tick + interval / 2)) break;
-      lock.unlock();
+      lock.Unlock();
       regions.Rebalance(node.NowMs());
       resolve();  // off the tick's path
-      lock.lock();
+      lock.Lock();
       // The next tick; one missed (a send that took a whole interval) is skipped, not run late.
       tick = std::max(tick + interval, (wall() / interval + 1) * interval);
     }
@@ -601,10 +602,10 @@ void Server::Run() {
     // Each tick sweeps this share of every table (Node::Sweep).
     const auto share = static_cast<size_t>(std::max<int64_t>(
         1, s.options.sweep_cycle_ms / std::max<int64_t>(1, s.options.sweep_interval_ms)));
-    std::unique_lock<std::mutex> lock(s.sweep_mu);
+    MutexLock lock(s.sweep_mu);
     auto next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (!s.stopping) {
-      s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.sweep_interval_ms));
+      s.sweep_cv.WaitFor(lock, std::chrono::milliseconds(s.options.sweep_interval_ms));
       if (s.stopping) break;
       s.node.Sweep(share);
       if (std::chrono::steady_clock::now() >= next_tick) {
@@ -616,21 +617,21 @@ void Server::Run() {
   if (!s.node.options().members.empty() || !s.options.members_dns.empty() || s.node.regions()) {
     s.RefreshPeers();
     s.peer_refresher = std::thread([&s] {
-      std::unique_lock<std::mutex> lock(s.sweep_mu);
+      MutexLock lock(s.sweep_mu);
       while (!s.stopping) {
-        s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
+        s.sweep_cv.WaitFor(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
         if (s.stopping) break;
-        lock.unlock();
+        lock.Unlock();
         s.RefreshPeers();
-        lock.lock();
+        lock.Lock();
       }
     });
   }
   if (!s.options.members_dns.empty()) {
     s.resolver = std::thread([&s] {
-      std::unique_lock<std::mutex> lock(s.sweep_mu);
+      MutexLock lock(s.sweep_mu);
       while (!s.stopping) {
-        lock.unlock();
+        lock.Unlock();
         Result<std::vector<std::string>> members = ResolveMembers(s.options.members_dns);
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
@@ -643,8 +644,8 @@ void Server::Run() {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        set.error().c_str());
         }
-        lock.lock();
-        s.sweep_cv.wait_for(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
+        lock.Lock();
+        s.sweep_cv.WaitFor(lock, std::chrono::milliseconds(s.options.dns_refresh_ms));
       }
     });
   }
@@ -704,8 +705,8 @@ void Server::Stop() {
   Impl& s = *impl_;
   if (s.stopping.exchange(true)) return;
   {
-    std::lock_guard<std::mutex> lock(s.sweep_mu);
-    s.sweep_cv.notify_all();
+    MutexLock lock(s.sweep_mu);
+    s.sweep_cv.NotifyAll();
   }
   if (s.admin) s.admin->Stop();
   if (s.workers.empty()) return;

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "server/store.h"
 
 #include <algorithm>
@@ -127,24 +128,34 @@ Store::~Store() {
   }
 }
 
+// A set of locks chosen at run time: the lock analysis cannot name them. The functions that
+// need a key's stripe locked reach it through LockedStripe, which says it is.
 Store::StripeLock::StripeLock(Store& store, std::span<const size_t> stripes)
-    : store_(store), count_(std::min(stripes.size(), kMaxLocks)) {
+    LIMITER_NO_THREAD_SAFETY_ANALYSIS : store_(store),
+                                        count_(std::min(stripes.size(), kMaxLocks)) {
   for (size_t i = 0; i < count_; ++i) {
     stripes_[i] = stripes[i];
-    store_.stripes_[stripes_[i]]->mu.lock();
+    store_.stripes_[stripes_[i]]->mu.Lock();
   }
 }
 
-Store::StripeLock::~StripeLock() {
-  for (size_t i = count_; i-- > 0;) store_.stripes_[stripes_[i]]->mu.unlock();
+Store::StripeLock::~StripeLock() LIMITER_NO_THREAD_SAFETY_ANALYSIS {
+  for (size_t i = count_; i-- > 0;) store_.stripes_[stripes_[i]]->mu.Unlock();
 }
 
-void Store::Prefetch(int policy, const KeyId& id) const {
+// A hint, with no lock: a prefetch reads the table's slot array, never changes it.
+void Store::Prefetch(int policy, const KeyId& id) const LIMITER_NO_THREAD_SAFETY_ANALYSIS {
   stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Prefetch(id);
 }
 
+Store::Stripe& Store::HeldStripe(const KeyId& id) const {
+  return *stripes_[StripeOf(id)];
+}
+
 Slot* Store::Find(int policy, const KeyId& id) {
-  return stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Find(id);
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  return stripe.tables[static_cast<size_t>(policy)].Find(id);
 }
 
 KeyLimiter Store::Unpack(int policy, const Slot* slot) const {
@@ -245,20 +256,25 @@ void Store::GiveBack(int policy, KeyLimiter&& taken, Slot* slot) {
 
 void Store::KeysIn(size_t stripe, int policy, const std::function<bool(const KeyId&)>& pick,
                    std::vector<KeyId>& out) {
-  stripes_[stripe]->tables[static_cast<size_t>(policy)].ForEach([&](const Slot& s) {
+  Stripe& held = *stripes_[stripe];
+  held.mu.AssertHeld();  // the caller holds it
+  held.tables[static_cast<size_t>(policy)].ForEach([&](const Slot& s) {
     if (pick(s.id)) out.push_back(s.id);
   });
 }
 
 Slot* Store::Insert(int policy, const KeyId& id) {
-  Slot* slot = stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Insert(id);
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  Slot* slot = stripe.tables[static_cast<size_t>(policy)].Insert(id);
   if (IsLog(policy)) SetLog({nullptr, static_cast<uint64_t>(NewKeyUnits(policy))}, *slot);
   policy_keys_[static_cast<size_t>(policy)].keys.fetch_add(1, std::memory_order_relaxed);
   return slot;
 }
 
 void Store::Erase(int policy, const KeyId& id) {
-  Stripe& stripe = *stripes_[StripeOf(id)];
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
   KeyTable& table = stripe.tables[static_cast<size_t>(policy)];
   if (Slot* s = table.Find(id)) {
     const int64_t units = SlotUnits(policy, *s);
@@ -271,7 +287,11 @@ void Store::Erase(int policy, const KeyId& id) {
   stripe.sub_buckets.erase(id);
 }
 
-void Store::NoteSubBucket(const KeyId& id) { stripes_[StripeOf(id)]->sub_buckets.insert(id); }
+void Store::NoteSubBucket(const KeyId& id) {
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  stripe.sub_buckets.insert(id);
+}
 
 void Store::DropBook(Stripe& stripe, const KeyId& id) {
   if (!stripe.books.empty() && stripe.books.erase(id) > 0) {
@@ -280,39 +300,49 @@ void Store::DropBook(Stripe& stripe, const KeyId& id) {
 }
 
 LeaseBook* Store::FindBook(const KeyId& id) {
-  auto& books = stripes_[StripeOf(id)]->books;
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  auto& books = stripe.books;
   if (books.empty()) return nullptr;
   auto it = books.find(id);
   return it == books.end() ? nullptr : &it->second;
 }
 
 LeaseBook& Store::AddBook(const KeyId& id) {
-  auto [it, added] = stripes_[StripeOf(id)]->books.try_emplace(id);
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  auto [it, added] = stripe.books.try_emplace(id);
   if (added) books_.fetch_add(1, std::memory_order_relaxed);
   return it->second;
 }
 
 Store::Split* Store::FindSplit(const KeyId& id) {
-  auto& splits = stripes_[StripeOf(id)]->splits;
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  auto& splits = stripe.splits;
   if (splits.empty()) return nullptr;
   auto it = splits.find(id);
   return it == splits.end() ? nullptr : &it->second;
 }
 
 Store::Split& Store::AddSplit(const KeyId& id) {
-  auto [it, added] = stripes_[StripeOf(id)]->splits.try_emplace(id);
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  auto [it, added] = stripe.splits.try_emplace(id);
   if (added) splits_.fetch_add(1, std::memory_order_relaxed);
   return it->second;
 }
 
 void Store::EraseSplit(const KeyId& id) {
-  if (stripes_[StripeOf(id)]->splits.erase(id)) splits_.fetch_sub(1, std::memory_order_relaxed);
+  Stripe& stripe = HeldStripe(id);
+  stripe.mu.AssertHeld();  // the caller holds the key's stripe (StripeLock)
+  if (stripe.splits.erase(id)) splits_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Store::VisitSplits(const std::function<bool(const KeyId&, Split&)>& visit) {
   if (!has_splits()) return;
   for (auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> guard(stripe->mu);
+    MutexLock guard(stripe->mu);
     for (auto it = stripe->splits.begin(); it != stripe->splits.end();) {
       if (visit(it->first, it->second)) {
         it = stripe->splits.erase(it);
@@ -332,7 +362,7 @@ bool Store::TryReserve(int policy, int64_t n) {
   while (held + n <= reserve) {
     if (k.units.compare_exchange_weak(held, held + n, std::memory_order_relaxed)) return true;
   }
-  std::lock_guard<std::mutex> guard(budget_mu_);
+  MutexLock guard(budget_mu_);
   held = k.units.load();
   for (;;) {
     if (held + n > k.budget.cap) return false;
@@ -347,7 +377,7 @@ bool Store::TryReserve(int policy, int64_t n) {
 
 void Store::ForceReserve(int policy, int64_t n) {
   PolicyKeys& k = policy_keys_[static_cast<size_t>(policy)];
-  std::lock_guard<std::mutex> guard(budget_mu_);
+  MutexLock guard(budget_mu_);
   const int64_t held = k.units.fetch_add(n);
   over_.fetch_add(Over(held + n, k.budget.reserve) - Over(held, k.budget.reserve));
 }
@@ -443,6 +473,7 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget, size_t 
                                    : std::min(budget, std::max(kMinSweepSlots,
                                                                table.capacity() / share + 1));
     const size_t n = table.Sweep(&stripe.cursors[p], look, [&](Slot& s) {
+      stripe.mu.AssertHeld();  // held by SweepStripe's caller around the whole sweep
       if (!IsFresh(policy, s, now)) return false;
       if (!stripe.splits.empty() && stripe.splits.count(s.id)) return false;  // kept to reopen
       if (!stripe.sub_buckets.empty()) {
@@ -473,6 +504,7 @@ size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget) 
   size_t erased = 0;
   for (size_t s : lock.stripes()) {
     Stripe& stripe = *stripes_[s];
+    stripe.mu.AssertHeld();  // one of the lock's
     if (now < stripe.next_reclaim_ms) continue;
     const auto pass =
         static_cast<uint64_t>(reclaim_passes_.fetch_add(1, std::memory_order_relaxed));
@@ -490,15 +522,17 @@ size_t Store::ReclaimLocked(const StripeLock& lock, int64_t now, size_t budget) 
 
 void Store::ReclaimHelped(const StripeLock& lock) {
   for (size_t s : lock.stripes()) {
-    stripes_[s]->reclaim_backoff_ms = 0;
-    stripes_[s]->next_reclaim_ms = 0;
+    Stripe& stripe = *stripes_[s];
+    stripe.mu.AssertHeld();  // one of the lock's
+    stripe.reclaim_backoff_ms = 0;
+    stripe.next_reclaim_ms = 0;
   }
 }
 
 size_t Store::Sweep(int64_t now, size_t budget, size_t share) {
   size_t erased = 0;
   for (auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> guard(stripe->mu);
+    MutexLock guard(stripe->mu);
     erased += SweepStripe(*stripe, now, budget, share);
   }
   return erased;
@@ -507,7 +541,7 @@ size_t Store::Sweep(int64_t now, size_t budget, size_t share) {
 size_t Store::table_bytes() {
   size_t bytes = 0;
   for (auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> guard(stripe->mu);
+    MutexLock guard(stripe->mu);
     for (const KeyTable& t : stripe->tables) bytes += t.bytes();
   }
   return bytes;
@@ -516,7 +550,7 @@ size_t Store::table_bytes() {
 Store::Tally Store::Recount(int policy) {
   Tally tally;
   for (auto& stripe : stripes_) {
-    std::lock_guard<std::mutex> guard(stripe->mu);
+    MutexLock guard(stripe->mu);
     stripe->tables[static_cast<size_t>(policy)].ForEach([&](Slot& s) {
       ++tally.keys;
       // From the memory the slot holds, not from what was recorded for it.

@@ -57,8 +57,8 @@ TEST(HotKeySketch, TheTrueTopTenAreInTheReportedTopTwentyOnZipfStreams) {
     const auto all = sketch.Top(256);
     for (const auto& [count, key] : by_count) {
       if (count <= 500'000 / 256) break;
-      EXPECT_TRUE(std::any_of(all.begin(), all.end(),
-                              [&](const auto& e) { return e.key == std::to_string(key); }))
+      const std::string name = std::to_string(key);
+      EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const auto& e) { return e.key == name; }))
           << key << " (" << count << " ops) has no counter";
     }
     const auto top = sketch.Top(20);
