@@ -12,6 +12,10 @@ namespace limiter {
 std::span<const size_t> StripesOf(const Store& store, std::span<const LimitEntry> entries,
                                   std::vector<size_t>& out) {
   out.clear();
+  if (entries.size() == 1) {  // most ops: one limit
+    out.push_back(store.StripeOf(entries.front().id));
+    return out;
+  }
   for (const LimitEntry& e : entries) out.push_back(store.StripeOf(e.id));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

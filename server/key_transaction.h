@@ -75,7 +75,7 @@ class KeyTransaction {
     RegionShares* regions;  // null without a region
     size_t sweep_budget;    // slots a reclaim pass looks at in each stripe
   };
-  // Locks the entries' stripes. `stripes`: the caller's scratch, alive while this is.
+  // Locks the entries' stripes. `s` and `stripes` (the caller's scratch) outlive it.
   KeyTransaction(const Stores& s, std::vector<LimitEntry>& entries, std::vector<size_t>& stripes);
   KeyTransaction(const KeyTransaction&) = delete;
   KeyTransaction& operator=(const KeyTransaction&) = delete;
@@ -120,7 +120,7 @@ class KeyTransaction {
   void Persist(const LimitEntry& e);
   void GiveBackAll();
 
-  const Stores s_;
+  const Stores& s_;
   std::vector<LimitEntry>& entries_;
   Store::StripeLock lock_;
   bool must_save_ = false;

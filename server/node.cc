@@ -64,6 +64,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
                   MutexLock guard(workers_mu_);
                   for (const auto& w : workers_) visit(w->counters);
                 }}),
+      tx_stores_{store_, durable_.get(), table_, regions_.get(), options_.sweep_budget},
       next_lease_id_(options_.lease_id_start != 0 ? options_.lease_id_start
                                                   : RandomLeaseIdStart()) {}
 
@@ -175,17 +176,18 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
                              node_proof ? auth::Bytes(*node_proof) : auth::Bytes());
   }
   w.replies.clear();
+  w.last_policy = -1;  // its name pointed into the last frame
   w.peer = request->peer();
   w.session = &session;
   w.ahead = {};
   if (const auto* ops = request->ops()) {
     w.frame_ops = ops->size();
     // Each op's key is worked out, and its slot prefetched, while the op before it runs.
-    Ahead next = ops->size() > 0 ? Lookahead(*ops->Get(0)) : Ahead{};
+    Ahead next = ops->size() > 0 ? Lookahead(w, *ops->Get(0)) : Ahead{};
     for (flatbuffers::uoffset_t i = 0; i < ops->size(); ++i) {
       const wire::Op* op = ops->Get(i);
       w.ahead = next;
-      next = i + 1 < ops->size() ? Lookahead(*ops->Get(i + 1)) : Ahead{};
+      next = i + 1 < ops->size() ? Lookahead(w, *ops->Get(i + 1)) : Ahead{};
       OpResult r;
       w.results.clear();
       HandleOp(w, *op, *membership, now, r);
@@ -365,10 +367,6 @@ size_t Node::Sweep(size_t share) {
 void Node::Tick() {
   ownership_.ExpireWaits(clock_.NowMs());
   hot_keys_.Tick();
-}
-
-KeyTransaction::Stores Node::TxStores() {
-  return {store_, durable_.get(), table_, regions_.get(), options_.sweep_budget};
 }
 
 Status Node::MayActAsPeer(Worker& w, std::string_view what, const std::string* member) {

@@ -128,7 +128,7 @@ class Node {
   // the key's slot can be prefetched meanwhile (Store::Prefetch); Resolve takes them from
   // w.ahead instead of working them out again. Empty for an op Resolve would refuse or
   // resolve another way (a sub-bucket).
-  Ahead Lookahead(const wire::Op& op) const;
+  Ahead Lookahead(Worker& w, const wire::Op& op) const;
   // Fills w.entries with the op's limits and their ancestors; a global limit gets this
   // region's share (RegionShares::Use), counting the units the op asks for as its demand.
   bool Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool single,
@@ -157,7 +157,10 @@ class Node {
   // speaking for `member` (null: it names none); a refusal is counted.
   Status MayActAsPeer(Worker& w, std::string_view what, const std::string* member);
   void Count(Worker& w, int type, Outcome outcome);
-  KeyTransaction::Stores TxStores();
+  const KeyTransaction::Stores& TxStores() const { return tx_stores_; }
+  // The policy named `name`, or -1; the worker remembers the last one found in the frame
+  // (the ops of a batch mostly name one policy: one compare instead of a hash).
+  int FindPolicy(Worker& w, std::string_view name) const;
   // Waits until every frame begun before the call has ended (Handoff's barrier).
   void WaitForFrames(std::chrono::steady_clock::time_point deadline);
 
@@ -173,6 +176,7 @@ class Node {
   Handoff handoff_;
   HotKeys hot_keys_;
   NodeMetrics metrics_;
+  const KeyTransaction::Stores tx_stores_;  // what an op's KeyTransaction works on
   // Lease ids: from a random start each life, so that a lease granted before a restart is
   // never mistaken for one granted after it.
   std::atomic<uint64_t> next_lease_id_;

@@ -72,6 +72,8 @@ class Node::Worker {
   size_t frame_ops = 0;           // ops in the last frame handled (Node::FrameOps)
   std::string routing;            // a sub-bucket's routing key, "key#i"
   Ahead ahead;                    // the op being handled's first limit, if worked out ahead
+  std::string_view last_policy_name;  // the last policy found by name in this frame (FindPolicy)
+  int last_policy = -1;                // its index; -1: none yet in this frame
   const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
   const Session* session = nullptr;  // the frame's connection, while it is handled
   // Scratch for the rare parts of a reply (INSPECT, STATS, HOTKEYS), reused.

@@ -2,6 +2,7 @@
 // op runs: each limit's policy, identity, ring slot, rate and clock, its ancestors, and the
 // request's bounds; an op on a sub-bucket is checked against the split it names.
 #include <algorithm>
+#include <cstring>
 
 #include "common/limits.h"
 #include "protocol/rules.h"
@@ -16,12 +17,27 @@ auth::Bytes BytesOf(const flatbuffers::Vector<uint8_t>* v) {
 
 }  // namespace
 
-Node::Ahead Node::Lookahead(const wire::Op& op) const {
+// Inlined in both callers, for every op: the compare is the common case.
+__attribute__((always_inline)) inline int Node::FindPolicy(Worker& w,
+                                                           std::string_view name) const {
+  if (w.last_policy >= 0 && name.size() == w.last_policy_name.size() &&
+      std::memcmp(name.data(), w.last_policy_name.data(), name.size()) == 0) {
+    return w.last_policy;
+  }
+  const int policy = table_.Find(name);
+  if (policy >= 0) {
+    w.last_policy = policy;
+    w.last_policy_name = name;
+  }
+  return policy;
+}
+
+Node::Ahead Node::Lookahead(Worker& w, const wire::Op& op) const {
   Ahead a;
   const auto* limits = op.limits();
   if (limits == nullptr || limits->size() == 0 || op.split_k() != 0) return a;
   const wire::Limit* limit = limits->Get(0);
-  const int policy = table_.Find(limit->policy() ? limit->policy()->string_view() : "");
+  const int policy = FindPolicy(w, limit->policy() ? limit->policy()->string_view() : "");
   if (policy < 0) return a;
   const Policy& p = table_.at(policy);
   const std::string_view key = limit->key() ? limit->key()->string_view() : "";
@@ -111,7 +127,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
     const bool ahead = i == 0 && w.ahead.op == &op;  // worked out already (Lookahead)
     int policy = w.ahead.policy;
     if (!ahead) {
-      policy = table_.Find(name);
+      policy = FindPolicy(w, name);
       if (policy < 0) {
         r.Fail(wire::Status::UnknownPolicy, where() + ".policy: no policy named '" +
                                                 std::string(name.substr(0, kMaxNameBytes)) + "'");

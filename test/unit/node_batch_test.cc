@@ -240,3 +240,44 @@ TEST(NodeBatchTest, WorkersAddingKeysTogetherEachGetTheirOwn) {
 
 }  // namespace
 }  // namespace limiter
+
+namespace limiter {
+namespace {
+
+// The node remembers the last policy a frame named (one compare instead of a lookup per op):
+// names of one length that differ in one byte, an unknown name between known ones, and a
+// frame after it, each get their own policy.
+TEST(NodeBatchTest, EachOpGetsThePolicyItNamesWhateverTheOpBeforeIt) {
+  Result<PolicySet> p = ParsePolicies(R"(
+policies:
+  - {name: aaaa, algorithm: fixed_window, limit: 1, window: 1h, class: contract}
+  - {name: aaab, algorithm: fixed_window, limit: 100, window: 1h, class: contract}
+)",
+                                      "names.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  const PolicySet policies = std::move(p).value();
+  ManualClock clock(1'000'000);
+  Side side(policies, clock);
+  RequestBuilder b;
+  b.Check(1, "aaaa", "k");
+  b.Check(2, "aaab", "k");
+  b.Check(3, "aaaa", "k");
+  b.Check(4, "aaac", "k");
+  b.Check(5, "aaab", "k");
+  const std::vector<std::string> got = side.Send(b.Finish());
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_NE(got[0].find(" allowed"), std::string::npos) << got[0];
+  EXPECT_NE(got[1].find(" allowed"), std::string::npos) << got[1];
+  EXPECT_NE(got[2].find(" denied"), std::string::npos) << got[2];  // aaaa's one unit is spent
+  EXPECT_NE(got[3].find("no policy named 'aaac'"), std::string::npos) << got[3];
+  EXPECT_NE(got[4].find(" allowed"), std::string::npos) << got[4];
+  EXPECT_NE(got[4].find(" left 98"), std::string::npos) << got[4];  // aaab's second unit
+  b.Clear();
+  b.Check(6, "aaab", "k");  // a new frame: the name is looked up again
+  const std::vector<std::string> next = side.Send(b.Finish());
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NE(next[0].find(" left 97"), std::string::npos) << next[0];
+}
+
+}  // namespace
+}  // namespace limiter
