@@ -3,6 +3,10 @@
 // through a transport that calls it on the client's I/O thread, so refills are real but
 // cost no network.
 //
+// BM_Decide_Strict: one decision of a strict-mode key: resolved, routed, sent to the owner
+// (the same in-process Node, on the client's I/O thread) and answered; the gateway's own
+// cost is the whole less Node::HandleFrame (callgrind: docs/benchmarks/micro.md).
+//
 // BM_Billing_Owe/journal:0|1: a billing request decided while its owner is away: the
 // fallback admits it and adds its units to the key's debt, in memory only (0) or also
 // appended to the billing journal (1: one write(2) under the debts' lock, the journal's
@@ -60,6 +64,8 @@ struct Fixture {
 policies:
   - {name: api, algorithm: token_bucket, limit: 1000000000, window: 1s, class: contract,
      lease: {size: 10000}}
+  - {name: strict_api, algorithm: token_bucket, limit: 1000000000, window: 1s,
+     class: contract, mode: strict}
 )",
                                         "bench.yaml");
     policies = std::move(p).value();
@@ -102,6 +108,25 @@ void DecideLeased(benchmark::State& state) {
 }
 
 BENCHMARK(DecideLeased)->Name("BM_Decide_Leased")->Threads(1)->Threads(2)->UseRealTime();
+
+void DecideStrict(benchmark::State& state) {
+  Fixture& f = Shared();
+  std::vector<std::string> keys;
+  for (int k = 0; k < 16; ++k) {
+    keys.push_back("strict-" + std::to_string(state.thread_index()) + "-" + std::to_string(k));
+  }
+  int64_t allowed = 0;
+  size_t next = 0;
+  for (auto _ : state) {
+    client::Decision d = f.core->Decide({"strict_api", keys[next++ & 15]});
+    allowed += d.allowed;
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (allowed != static_cast<int64_t>(state.iterations())) state.SkipWithError("a decision was denied");
+}
+
+BENCHMARK(DecideStrict)->Name("BM_Decide_Strict")->Threads(1)->UseRealTime();
 
 struct BillingFixture {
   explicit BillingFixture(bool journaled)
