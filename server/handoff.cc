@@ -104,11 +104,13 @@ HandoffStats Handoff::Export(const Ownership::Job& job, const Sink& send,
                                              now, records, splits, done);
     const std::span<const uint8_t> body =
         FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
+    if (std::chrono::steady_clock::now() >= deadline) {  // too late: nothing more is sent
+      stats.keys_lost += keys;
+      return;
+    }
     ++stats.batches;
     stats.splits_sent += static_cast<int64_t>(b->splits.size());
-    const int64_t taken = std::chrono::steady_clock::now() < deadline
-                              ? send(to.members()[owner], body)
-                              : -1;
+    const int64_t taken = send(to.members()[owner], body);
     stats.keys_sent += std::max<int64_t>(0, taken);
     stats.keys_lost += keys - std::max<int64_t>(0, taken);
     if (taken == keys) {

@@ -20,6 +20,7 @@
 #include <variant>
 
 #include "common/clock.h"
+#include "protocol/frame_codec.h"
 #include "server/ownership.h"
 #include "server/policy_table.h"
 
@@ -38,14 +39,14 @@ struct HandoffStats {
   int64_t keys_sent = 0;
   int64_t keys_lost = 0;  // not delivered: a peer unreachable or refusing, or the deadline
   int64_t splits_sent = 0;
-  int64_t batches = 0;
+  int64_t batches = 0;  // sent (delivered or not); none after the deadline
 };
 
 class Handoff {
  public:
   struct Options {
     std::string self;
-    uint32_t max_frame_bytes = 0;  // a record must fit a quarter of a peer's frame
+    uint32_t max_frame_bytes = kDefaultMaxFrameBytes;  // a record fits a quarter of a peer's
     int64_t deadline_ms = 10'000;  // a job sends nothing after this
   };
   // Waits until every frame that began before the call has ended, or `deadline` (the node's

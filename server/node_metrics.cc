@@ -288,9 +288,10 @@ std::string NodeMetrics::Render() const {
       {"limiter_handoff_keys_received_total", "handoff_keys_received", "counter",
        "Keys taken from other nodes' hand-offs."},
       {"limiter_handoff_keys_refused_total", "handoff_keys_refused", "counter",
-       "Handed keys refused at max_keys."},
+       "Handed keys refused: of a slot this node does not gain from the sender, or at max_keys."},
       {"limiter_handoff_batches_refused_total", "handoff_batches_refused", "counter",
-       "Hand-off batches refused: another policy file or key-id seed."},
+       "Hand-off batches refused whole: from a node that is not a member of a list this node "
+       "held lately, or with another policy file or key-id seed."},
       {"limiter_handoff_waits_expired_total", "handoff_waits_expired", "counter",
        "Ring slots whose keys were served fresh after waiting handoff_deadline for their last "
        "owner."},

@@ -272,6 +272,11 @@ bool Ownership::MayHand(const std::string& from, uint32_t slot,
   };
   const Ring& now = known.front()->ring;
   if (now.empty()) return false;  // a standalone node takes nobody's keys
+  // Only a member of a list this node held lately hands it anything.
+  if (std::none_of(known.begin(), known.end(),
+                   [&](const auto& list) { return Lists(list->ring, from); })) {
+    return false;
+  }
   // This node lags behind the sender's list: the sender still owns the slot by this node's
   // list, so the state is the sender's own to give.
   if (owner(now) == from) return true;

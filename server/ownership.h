@@ -103,8 +103,9 @@ class Ownership {
   // before it (or joined from), newest first.
   std::vector<std::shared_ptr<const ClusterRing>> KnownLists() const;
   static constexpr size_t kRecentLists = 4;
-  // Whether `from` may hand this node keys of `slot`: it owned the slot in a list this node
-  // held lately (or by its current list still owns it) and this node owns it now.
+  // Whether `from` may hand this node keys of `slot`: `from` is a member of a list in `known`,
+  // it owned the slot in a list this node held lately (or by its current list still owns it)
+  // and this node owns it now.
   bool MayHand(const std::string& from, uint32_t slot,
                const std::vector<std::shared_ptr<const ClusterRing>>& known) const;
 

@@ -372,6 +372,8 @@ TEST(Ownership, MayHandLetsAMemberThatLeftPassOnWhatAnotherLeaverHeld) {
   EXPECT_TRUE(o.MayHand("b:1", b_slot, known));
   // A live member never held them, and may not pass them on.
   EXPECT_FALSE(o.MayHand("d:1", b_slot, known));
+  // Nor may a name no list this node held lately has: it is nobody's to forward.
+  EXPECT_FALSE(o.MayHand("z:9", b_slot, known));
 }
 
 TEST(Ownership, ALeavingNodeTakesOnlyTheSendersOwnSlots) {
