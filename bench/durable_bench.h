@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bench/node_load.h"
+#include "limiter/status.h"
 #include "protocol/node_access.h"
-#include "common/status.h"
 #include "server/durable_store.h"
 
 namespace limiter::bench {

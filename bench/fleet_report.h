@@ -15,7 +15,7 @@
 #include "bench/fleet_accounting.h"
 #include "bench/report_chart.h"
 #include "common/histogram.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include <nlohmann/json_fwd.hpp>
 
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter::bench {
 

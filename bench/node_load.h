@@ -12,7 +12,7 @@
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
 #include "protocol/read_buffer.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "common/subprocess.h"
 
 namespace limiter::bench {

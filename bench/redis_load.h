@@ -9,7 +9,7 @@
 
 #include "bench/load_loop.h"
 #include "common/rate.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "common/subprocess.h"
 
 struct redisContext;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter::bench {
 

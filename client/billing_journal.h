@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "common/limits.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter::journal_files {
 

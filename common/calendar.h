@@ -25,7 +25,7 @@
 #include <string_view>
 #include <utility>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

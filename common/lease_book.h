@@ -22,12 +22,12 @@
 // the key's stripe, and drops it with the key.
 #pragma once
 
-#include <cstdint>
-#include <string>
 #include <array>
+#include <cstdint>
 #include <span>
+#include <string>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "common/policy.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

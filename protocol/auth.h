@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter::auth {
 

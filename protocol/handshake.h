@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "protocol/auth.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
 #include "common/tls_options.h"
+#include "limiter/status.h"
 
 namespace asio::ssl {
 class context;

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "protocol/node_access.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/key_limiter.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/shared_value.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/auth.h"
 #include "protocol/handshake.h"
 

@@ -67,7 +67,7 @@
 #include <string>
 
 #include "protocol/auth.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "server/durable_store.h"
 #include "server/node.h"
 #include "server/server.h"

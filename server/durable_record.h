@@ -22,7 +22,7 @@
 #include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
-#include "common/status.h"
+#include "limiter/status.h"
 
 namespace limiter {
 

@@ -21,7 +21,7 @@
 #include "common/decision.h"
 #include "common/key_limiter.h"
 #include "common/rate.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/key_id.h"
 #include "server/store.h"
 

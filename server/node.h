@@ -28,7 +28,7 @@
 #include "common/mutex.h"
 #include "common/clock.h"
 #include "common/policy.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/frame_codec.h"
 #include "server/authenticator.h"
 #include "server/durable_store.h"

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "limiter/status.h"
 
 struct ssl_st;
 struct x509_store_st;

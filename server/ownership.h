@@ -30,7 +30,7 @@
 #include "common/mutex.h"
 #include "common/clock.h"
 #include "common/shared_value.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/ring.h"
 
 namespace limiter {

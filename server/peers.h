@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/status.h"
 #include "common/tls_options.h"
+#include "limiter/status.h"
 #include "server/node.h"
 
 namespace asio::ssl {

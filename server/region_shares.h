@@ -34,7 +34,7 @@
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "common/rate.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/ring.h"
 
 namespace limiter {

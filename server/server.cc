@@ -16,7 +16,7 @@
 
 #include "protocol/key_id.h"
 #include "common/membership.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "server/admin_port.h"
 #include "server/connection.h"
 #include "server/node_certificates.h"

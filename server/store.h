@@ -68,7 +68,7 @@
 #include "common/lease_book.h"
 #include "common/mutex.h"
 #include "common/policy.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "server/key_table.h"
 
 namespace limiter {

@@ -5,7 +5,7 @@
 
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "common/status.h"
+#include "limiter/status.h"
 #include "protocol/wire.h"
 
 namespace limiter::ctl {

@@ -22,21 +22,37 @@ struct Error {
   std::string message;
 };
 
+namespace detail {
+// What error() returns when there is none.
+inline const std::string& NoError() {
+  static const std::string empty;
+  return empty;
+}
+[[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
+                              const std::string& message);
+}  // namespace detail
+
+// Stops the process when `condition` is false: an invariant of the code, not of its input.
+// `message` is evaluated only then.
+#define LIMITER_CHECK(condition, message)                                        \
+  do {                                                                           \
+    if (!(condition)) [[unlikely]] {                                             \
+      ::limiter::detail::CheckFailed(__FILE__, __LINE__, #condition, (message)); \
+    }                                                                            \
+  } while (false)
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
-  Status(Error error) : error_(std::move(error.message)) {}  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  Status(Error error) : error_(std::move(error.message)) {}
   static Status Ok() { return Status(); }
 
   bool ok() const { return !error_.has_value(); }
   // The failure's message; empty when ok.
-  const std::string& error() const { return ok() ? Empty() : *error_; }
+  const std::string& error() const { return ok() ? detail::NoError() : *error_; }
 
  private:
-  static const std::string& Empty() {
-    static const std::string empty;
-    return empty;
-  }
   std::optional<std::string> error_;
 };
 
@@ -45,9 +61,11 @@ class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
-  // A failed status (passing an ok one is a bug: there would be no value).
+  // A failed status (an ok one would leave no value: a bug).
   Result(Status status)  // NOLINT(google-explicit-constructor)
-      : v_(Error{status.error()}) {}
+      : v_(Error{status.error()}) {
+    LIMITER_CHECK(!status.ok(), "a Result made from an ok Status");
+  }
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -60,24 +78,12 @@ class [[nodiscard]] Result {
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const std::string& error() const { return std::get<1>(v_).message; }
+  // The failure's message; empty when ok.
+  const std::string& error() const { return ok() ? detail::NoError() : std::get<1>(v_).message; }
   Status status() const { return ok() ? Status() : Status(Error{error()}); }
 
  private:
   std::variant<T, Error> v_;
 };
 
-namespace detail {
-[[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
-                              const std::string& message);
-}  // namespace detail
-
 }  // namespace limiter
-
-// Stops the process when `condition` is false: an invariant of the code, not of its input.
-#define LIMITER_CHECK(condition, message)                                            \
-  do {                                                                               \
-    if (!(condition)) [[unlikely]] {                                                 \
-      ::limiter::detail::CheckFailed(__FILE__, __LINE__, #condition, (message));     \
-    }                                                                                \
-  } while (false)
