@@ -142,13 +142,11 @@ policies:
     path = "/tmp/limiter_bench_billing_" + std::to_string(::getpid()) + ".journal";
     std::remove(path.c_str());
     Result<BillingJournal::Replay> r = BillingJournal::Open(path);
-    if (!r || fallbacks->RestoreDebts(std::move(r).value(),
-                                     [](const Policy&, std::string_view, std::string_view) {
-                                       return std::string("node:1");
-                                     })) {
-      std::fprintf(stderr, "BM_Billing_Owe: cannot open %s\n", path.c_str());
-      std::abort();
-    }
+    LIMITER_CHECK(r.ok(), "BM_Billing_Owe: cannot open " + path + ": " + r.error());
+    const std::optional<std::string> restored = fallbacks->RestoreDebts(
+        std::move(r).value(),
+        [](const Policy&, std::string_view, std::string_view) { return std::string("node:1"); });
+    LIMITER_CHECK(!restored, "BM_Billing_Owe: cannot open " + path + ": " + *restored);
   }
   ~BillingFixture() {
     fallbacks.reset();  // its journal's thread first
@@ -174,7 +172,9 @@ void BillingOwe(benchmark::State& state) {
     keys.push_back("acct-" + std::to_string(state.thread_index()) + "-" + std::to_string(k));
   }
   for (int k = 0; k < 16; ++k) {
-    if (billing->resolver.Resolve({"usage", keys[k]}, requests[k])) std::abort();
+    const std::optional<std::string> unresolved =
+        billing->resolver.Resolve({"usage", keys[k]}, requests[k]);
+    LIMITER_CHECK(!unresolved, *unresolved);
   }
   int64_t allowed = 0;
   size_t next = 0;

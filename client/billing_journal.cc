@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -84,12 +83,11 @@ class Record {
 };
 
 void CheckBounds(std::string_view policy, std::string_view key, std::string_view tenant) {
-  if (policy.empty() || policy.size() > kMaxNameBytes || key.empty() || key.size() > kMaxKeyBytes ||
-      tenant.size() > kMaxKeyBytes) {
-    std::fprintf(stderr, "BillingJournal: a debt's names are out of bounds (%zu, %zu, %zu)\n",
-                 policy.size(), key.size(), tenant.size());
-    std::abort();
-  }
+  LIMITER_CHECK(!policy.empty() && policy.size() <= kMaxNameBytes && !key.empty() &&
+                    key.size() <= kMaxKeyBytes && tenant.size() <= kMaxKeyBytes,
+                "BillingJournal: a debt's names are out of bounds (" +
+                    std::to_string(policy.size()) + ", " + std::to_string(key.size()) + ", " +
+                    std::to_string(tenant.size()) + ")");
 }
 
 std::string_view OpenRecord(Record& r, std::string_view policy, std::string_view key,

@@ -1,7 +1,6 @@
 #include "common/rate.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include "limiter/status.h"
 
 namespace limiter {
 
@@ -21,10 +20,8 @@ std::optional<std::string> Rate::Invalid(int64_t limit, int64_t window_ms, int64
 
 Rate::Rate(int64_t limit, int64_t window_ms, int64_t burst)
     : limit_(limit), window_ms_(window_ms), burst_(burst) {
-  if (auto why = Invalid(limit, window_ms, burst)) {
-    std::fprintf(stderr, "limiter: invalid Rate: %s\n", why->c_str());
-    std::abort();
-  }
+  const std::optional<std::string> why = Invalid(limit, window_ms, burst);
+  LIMITER_CHECK(!why, "invalid Rate: " + *why);
   capacity_scaled_ = burst * window_ms;
   refill_ms_ = (capacity_scaled_ + limit - 1) / limit;
   interval_ms_ = window_ms / limit;

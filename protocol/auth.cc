@@ -59,10 +59,8 @@ Mac Hmac(std::string_view secret, std::initializer_list<Bytes> parts) {
   unsigned int length = 0;
   const unsigned char* ok = HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
                                  message.data(), message.size(), mac.data(), &length);
-  if (ok == nullptr || length != mac.size()) {
-    std::fprintf(stderr, "limiter: HMAC-SHA256 failed in OpenSSL\n");
-    std::abort();  // a broken crypto library: no proof can be trusted
-  }
+  // A broken crypto library: no proof can be trusted.
+  LIMITER_CHECK(ok != nullptr && length == mac.size(), "HMAC-SHA256 failed in OpenSSL");
   return mac;
 }
 
@@ -170,10 +168,9 @@ bool Overlap(const Secrets& a, const Secrets& b) {
 
 Nonce RandomNonce() {
   Nonce n{};
-  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) {
-    std::fprintf(stderr, "limiter: OpenSSL has no randomness (RAND_bytes failed)\n");
-    std::abort();  // a predictable challenge would make every proof replayable
-  }
+  // A predictable challenge would make every proof replayable.
+  LIMITER_CHECK(RAND_bytes(n.data(), static_cast<int>(n.size())) == 1,
+                "OpenSSL has no randomness (RAND_bytes failed)");
   return n;
 }
 

@@ -3,9 +3,9 @@
 #include <xxhash.h>
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
+
+#include "limiter/status.h"
 
 namespace limiter {
 namespace {
@@ -25,10 +25,8 @@ uint64_t KeyIdSeed() {
 }
 
 void SetKeyIdSeed(uint64_t seed) {
-  if (seed_used.load() && seed != seed_value) {
-    std::fprintf(stderr, "SetKeyIdSeed after a key id was made with another seed\n");
-    std::abort();
-  }
+  LIMITER_CHECK(!seed_used.load() || seed == seed_value,
+                "SetKeyIdSeed after a key id was made with another seed");
   seed_value = seed;
 }
 

@@ -5,8 +5,6 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <list>
 #include <map>
 #include <mutex>
@@ -486,18 +484,12 @@ AdminPort::AdminPort(AdminPortOptions options)
 AdminPort::~AdminPort() { Stop(); }
 
 void AdminPort::Get(std::string path, AdminHandler handler) {
-  if (impl_->started) {
-    std::fprintf(stderr, "AdminPort::Get(%s) after Start\n", path.c_str());
-    std::abort();
-  }
+  LIMITER_CHECK(!impl_->started, "AdminPort::Get(" + path + ") after Start");
   impl_->routes[std::move(path)].get = std::move(handler);
 }
 
 void AdminPort::Post(std::string path, AdminHandler handler) {
-  if (impl_->started) {
-    std::fprintf(stderr, "AdminPort::Post(%s) after Start\n", path.c_str());
-    std::abort();
-  }
+  LIMITER_CHECK(!impl_->started, "AdminPort::Post(" + path + ") after Start");
   impl_->routes[std::move(path)].post = std::move(handler);
 }
 

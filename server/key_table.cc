@@ -1,8 +1,9 @@
 #include "server/key_table.h"
 
-#include <cstdio>
-#include <new>
+#include <string>
 #include <utility>
+
+#include "limiter/status.h"
 
 namespace limiter {
 namespace {
@@ -71,10 +72,9 @@ void KeyTable::Grow() {
   const size_t capacity = capacity_ == 0 ? kInitialCapacity : capacity_ + capacity_ / 4;
   // calloc: zeroed slots are empty, and untouched pages cost no resident memory.
   std::unique_ptr<Slot[], Free> old(static_cast<Slot*>(std::calloc(capacity, sizeof(Slot))));
-  if (!old) {
-    std::fprintf(stderr, "limiterd: out of memory growing a key table to %zu slots\n", capacity);
-    throw std::bad_alloc();
-  }
+  // Not an exception on the request path: the node cannot go on without the table.
+  LIMITER_CHECK(old != nullptr,
+                "out of memory growing a key table to " + std::to_string(capacity) + " slots");
   old.swap(slots_);
   const size_t old_capacity = capacity_;
   capacity_ = capacity;

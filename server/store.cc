@@ -2,8 +2,6 @@
 #include "server/store.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -95,10 +93,7 @@ Store::Store(const PolicySet& policies, Options options)
       sub_bucket_idle_ms_(options.sub_bucket_idle_ms),
       max_keys_(options.max_keys) {
   Result<std::vector<KeyBudget>> budgets = PlanBudgets(policies, max_keys_);
-  if (!budgets) {
-    std::fprintf(stderr, "limiterd: key budgets: %s\n", budgets.error().c_str());
-    std::abort();
-  }
+  LIMITER_CHECK(budgets.ok(), "key budgets: " + budgets.error());  // PlanBudgets passed
   policy_count_ = policies.policies().size();
   policy_keys_ = std::make_unique<PolicyKeys[]>(policy_count_);
   free_ = max_keys_;
