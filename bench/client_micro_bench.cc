@@ -143,10 +143,10 @@ policies:
     std::remove(path.c_str());
     Result<BillingJournal::Replay> r = BillingJournal::Open(path);
     LIMITER_CHECK(r.ok(), "BM_Billing_Owe: cannot open " + path + ": " + r.error());
-    const std::optional<std::string> restored = fallbacks->RestoreDebts(
+    const Status restored = fallbacks->RestoreDebts(
         std::move(r).value(),
         [](const Policy&, std::string_view, std::string_view) { return std::string("node:1"); });
-    LIMITER_CHECK(!restored, "BM_Billing_Owe: cannot open " + path + ": " + *restored);
+    LIMITER_CHECK(restored.ok(), "BM_Billing_Owe: cannot open " + path + ": " + restored.error());
   }
   ~BillingFixture() {
     fallbacks.reset();  // its journal's thread first
@@ -172,9 +172,8 @@ void BillingOwe(benchmark::State& state) {
     keys.push_back("acct-" + std::to_string(state.thread_index()) + "-" + std::to_string(k));
   }
   for (int k = 0; k < 16; ++k) {
-    const std::optional<std::string> unresolved =
-        billing->resolver.Resolve({"usage", keys[k]}, requests[k]);
-    LIMITER_CHECK(!unresolved, *unresolved);
+    const Status resolved = billing->resolver.Resolve({"usage", keys[k]}, requests[k]);
+    LIMITER_CHECK(resolved.ok(), resolved.error());
   }
   int64_t allowed = 0;
   size_t next = 0;

@@ -74,39 +74,38 @@ std::string Fmt(const char* format, auto... args) {
 }
 
 // Writes the report of `run` (one part or many merged): the Markdown to `out`, and the JSON
-// and the report folder where asked. Returns an error message, or nullopt.
-std::optional<std::string> WriteReport(const RunTotals& run, const PolicySet& policies,
-                                       const std::string& json_file, const std::string& report_dir,
-                                       std::ostream& out, Json* extra = nullptr) {
+// and the report folder where asked.
+Status WriteReport(const RunTotals& run, const PolicySet& policies, const std::string& json_file,
+                   const std::string& report_dir, std::ostream& out, Json* extra = nullptr) {
   std::optional<Scenario> scenario = FindScenario(run.scenario);
-  if (!scenario) return "unknown scenario '" + run.scenario + "'";
-  std::string error;
-  LimitsOf(policies, run.gateways, run.deadline_us, &error);
-  if (!error.empty()) return error;
+  if (!scenario) return Error{"unknown scenario '" + run.scenario + "'"};
   const Workload workload(*scenario);
   std::string md;
-  Json report = BuildReport(run, policies, workload, &md);
+  Result<Json> built = BuildReport(run, policies, workload, &md);
+  if (!built) return built.status();
+  Json& report = *built;
   if (extra) report.update(*extra);
   out << '\n' << md;
   if (!json_file.empty()) {
     std::ofstream f(json_file);
     f << report.dump(2) << '\n';
-    if (!f) return "cannot write " + json_file;
+    if (!f) return Error{"cannot write " + json_file};
   }
   if (!report_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(report_dir, ec);
-    if (ec) return "cannot create " + report_dir + ": " + ec.message();
+    if (ec) return Error{"cannot create " + report_dir + ": " + ec.message()};
     std::ofstream f(report_dir + "/report.md");
     f << md;
-    if (!f) return "cannot write " + report_dir + "/report.md";
-    if (auto e = WriteChart(report_dir, ChartRowsOf(run),
-                            "limiter-bench cluster " + run.scenario + ": throughput and p99")) {
-      return e;
+    if (!f) return Error{"cannot write " + report_dir + "/report.md"};
+    if (Status s = WriteChart(report_dir, ChartRowsOf(run),
+                              "limiter-bench cluster " + run.scenario + ": throughput and p99");
+        !s.ok()) {
+      return s;
     }
     out << "report: " << report_dir << "/report.md, chart.png\n";
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // Each node's CPU and store ops over a run (local nodes: CPU from /proc; all: STATS).
@@ -191,10 +190,9 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     err << "limiter-bench cluster: " << why << '\n';
     return code;
   };
-  Scenario scenario;
-  if (auto e = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread, &scenario)) {
-    return fail(*e, 2);
-  }
+  Result<Scenario> resolved = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread);
+  if (!resolved) return fail(resolved.error(), 2);
+  const Scenario& scenario = *resolved;
   if (o.parts < 1 || o.part < 0 || o.part >= o.parts) {
     return fail("--part: want I/N with 0 <= I < N", 2);
   }
@@ -221,21 +219,21 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
   // The cluster.
   std::vector<LocalNode> local;
   std::vector<std::string> members = o.cluster;
-  auto start_local = [&]() -> std::optional<std::string> {
+  auto start_local = [&]() -> Status {
     LocalNodeOptions node;
     node.program = o.limiterd.empty() ? DefaultLimiterdPath() : o.limiterd;
     node.policies = o.policies;
     node.threads = o.node_threads;
     local.clear();
     Result<std::vector<LocalNode>> started = StartLocalCluster(o.nodes, node);
-    if (!started) return started.error();
+    if (!started) return started.status();
     local = std::move(started).value();
     members.clear();
     for (const LocalNode& n : local) members.push_back(n.address);
-    return std::nullopt;
+    return Status::Ok();
   };
   if (members.empty()) {
-    if (auto e = start_local()) return fail(*e);
+    if (Status s = start_local(); !s.ok()) return fail(s.error());
   }
 
   // --find-max: the rate steps up by a quarter from --rate (or 10,000/s) until a run misses
@@ -246,7 +244,7 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     Json steps = Json::array();
     for (int step = 0; step < 40; ++step) {
       if (step > 0 && o.cluster.empty()) {
-        if (auto e = start_local()) return fail(*e);
+        if (Status s = start_local(); !s.ok()) return fail(s.error());
       }
       ClusterRunSpec spec{scenario, 0, 1};
       spec.scenario.rate = rate;
@@ -303,7 +301,7 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
   if (!run) return fail(run.error());
   run->node_usage = meter.Usage();
   if (o.parts > 1) {
-    if (auto e = WritePartial(*run, o.json_file)) return fail(*e);
+    if (Status s = WritePartial(*run, o.json_file); !s.ok()) return fail(s.error());
     out << Fmt("part %d of %d: %" PRIu64 " decisions; partial report %s (and .records)\n",
                o.part, o.parts, run->decided, o.json_file.c_str());
     return 0;
@@ -325,9 +323,10 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
                " us; redis achieved %.0f/s\n",
                scenario.rate, p99, redis->p99_us, redis->achieved_rps);
   }
-  if (auto e = WriteReport(*run, *policies, o.json_file, o.report_dir, out,
-                           extra.is_null() ? nullptr : &extra)) {
-    return fail(*e);
+  if (Status s = WriteReport(*run, *policies, o.json_file, o.report_dir, out,
+                             extra.is_null() ? nullptr : &extra);
+      !s.ok()) {
+    return fail(s.error());
   }
   return 0;
 }
@@ -354,7 +353,9 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
         }
       }
     }
-    if (auto e = MergeInto(total, std::move(part).value())) return fail(path + ": " + *e);
+    if (Status s = MergeInto(total, std::move(part).value()); !s.ok()) {
+      return fail(path + ": " + s.error());
+    }
   }
   if (static_cast<int>(total.parts_included.size()) != total.parts) {
     err << "limiter-bench merge: warning: " << total.parts_included.size() << " of "
@@ -365,7 +366,9 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
   for (const char* name : {"api_key", "login", "tenant_daily"}) {
     if (!policies->Find(name)) return fail(o.policies + " has no policy '" + name + "'", 2);
   }
-  if (auto e = WriteReport(total, *policies, o.json_file, o.report_dir, out)) return fail(*e);
+  if (Status s = WriteReport(total, *policies, o.json_file, o.report_dir, out); !s.ok()) {
+    return fail(s.error());
+  }
   return 0;
 }
 

@@ -246,9 +246,9 @@ class Harness {
     return {n, ProcessCpuSeconds() - cpu};
   }
 
-  // Runs the arrivals, writing a progress line a second; false when the decisions were not
+  // Runs the arrivals, writing a progress line a second; an error when the decisions were not
   // all in 10 s after the last arrival was due.
-  bool Run(std::ostream& out, RunTotals& totals) {
+  Status Run(std::ostream& out, RunTotals& totals) {
     runs_ = MakeRuns(/*with_gateways=*/true);
     const double warmup = o_.warmup_s, total_s = o_.warmup_s + o_.duration_s;
     std::vector<std::future<void>> finished;
@@ -302,7 +302,8 @@ class Harness {
       last_latency = latency;
     }
     totals.harness_cpu_s = ProcessCpuSeconds() - cpu_before;
-    return complete;
+    if (!complete) return Error{"the run had not finished 10 s after its last arrival was due"};
+    return Status::Ok();
   }
 
   // Everything the run measured, after Run.
@@ -413,12 +414,11 @@ Result<RunTotals> RunClusterOnce(const ClusterRunSpec& spec, const ClusterBenchO
   // What the arrivals cost alone, per arrival: a second of them (at most the run's length).
   const auto [arrivals, cpu] = harness.MeasureArrivals(std::min(1.0, o.duration_s));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the connections open
-  if (!harness.Run(out, t)) {
+  if (Status ran = harness.Run(out, t); !ran.ok()) {
     char why[200];
     std::snprintf(why, sizeof(why),
-                  "the run had not finished 10 s after its last arrival was due: this machine "
-                  "cannot issue and decide %.0f requests/s (lower --rate)",
-                  s.rate);
+                  "%s: this machine cannot issue and decide %.0f requests/s (lower --rate)",
+                  ran.error().c_str(), s.rate);
     return Error{why};
   }
   harness.Collect(t);

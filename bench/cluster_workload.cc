@@ -19,18 +19,17 @@ std::optional<Scenario> FindScenario(const std::string& name) {
   return std::nullopt;
 }
 
-std::optional<std::string> ResolveScenario(const std::string& name, double rate, int gateways,
-                                           const std::string& spread, Scenario* out) {
+Result<Scenario> ResolveScenario(const std::string& name, double rate, int gateways,
+                                 const std::string& spread) {
   std::optional<Scenario> found = FindScenario(name);
-  if (!found) return "unknown scenario '" + name + "' (known: 50k, 500k)";
+  if (!found) return Error{"unknown scenario '" + name + "' (known: 50k, 500k)"};
   if (rate > 0) found->rate = rate;
   if (gateways > 0) found->gateways = gateways;
-  if (found->gateways > 65535) return "--gateways: at most 65535";
+  if (found->gateways > 65535) return Error{"--gateways: at most 65535"};
   if (spread != "even" && spread != "random" && spread != "sticky") {
-    return "--spread must be even, random or sticky, got '" + spread + "'";
+    return Error{"--spread must be even, random or sticky, got '" + spread + "'"};
   }
-  *out = *found;
-  return std::nullopt;
+  return *found;
 }
 
 Zipf::Zipf(int64_t n, double s) : cdf_(static_cast<size_t>(n)) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "limiter/client/client.h"
+#include "limiter/status.h"
 
 namespace limiter {
 class PolicySet;
@@ -37,9 +38,9 @@ struct Scenario {
 // "50k" or "500k"; nullopt for any other name.
 std::optional<Scenario> FindScenario(const std::string& name);
 // The scenario `name` with the options that override it (0: the scenario's own), and the
-// gateway spread checked: the error to print, or nullopt.
-std::optional<std::string> ResolveScenario(const std::string& name, double rate, int gateways,
-                                           const std::string& spread, Scenario* out);
+// gateway spread checked; else the error to print.
+Result<Scenario> ResolveScenario(const std::string& name, double rate, int gateways,
+                                 const std::string& spread);
 
 // Draws ranks 0..n-1 with P(r) proportional to 1/(r+1)^s: a table of the cumulative
 // distribution and a binary search.

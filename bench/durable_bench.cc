@@ -220,7 +220,7 @@ Result<std::vector<Inspected>> Inspect(NodeConnection& c, const std::string& pol
     const size_t end = std::min(keys.size(), begin + kInspectsPerFrame);
     b.Clear();
     for (size_t i = begin; i < end; ++i) b.Inspect(i, policy, KeyName(keys[i], buf));
-    if (auto error = c.Send(b.Finish())) return Error{*error};
+    if (Status s = c.Send(b.Finish()); !s.ok()) return s;
     Result<const wire::Reply*> reply = c.Receive();
     if (!reply) return Error{reply.error()};
     const wire::Reply& r = **reply;
@@ -244,7 +244,7 @@ Result<bool> CheckOnce(NodeConnection& c, const std::string& policy, uint64_t ke
   RequestBuilder b;
   KeyBuffer buf;
   b.Check(0, policy, KeyName(key, buf));
-  if (auto error = c.Send(b.Finish())) return Error{*error};
+  if (Status s = c.Send(b.Finish()); !s.ok()) return s;
   Result<const wire::Reply*> reply = c.Receive();
   if (!reply) return Error{reply.error()};
   const wire::Reply& r = **reply;
@@ -260,14 +260,14 @@ Result<bool> CheckOnce(NodeConnection& c, const std::string& policy, uint64_t ke
 
 // Opens the stopped node's directory in this process with the node's policies and key-id
 // seed, compacts all of it (the node has no op for that) and closes it.
-std::optional<std::string> CompactHere(const DurableRestartOptions& o, const std::string& dir) {
+Status CompactHere(const DurableRestartOptions& o, const std::string& dir) {
   Result<PolicySet> policies = LoadPolicyFile(o.policies);
-  if (!policies) return policies.error();
+  if (!policies) return Error{policies.error()};
   // The node's seed, or the database would take its records for another cluster's and
   // rewrite every one under new ids.
   const uint64_t seed = auth::KeyIdSeedOf(o.access.secret);
   if (KeyIdSeedUsed()) {
-    if (KeyIdSeed() != seed) return "this process already made key ids under another seed";
+    if (KeyIdSeed() != seed) return Error{"this process already made key ids under another seed"};
   } else {
     SetKeyIdSeed(seed);
   }
@@ -275,9 +275,9 @@ std::optional<std::string> CompactHere(const DurableRestartOptions& o, const std
   DurableOptions d;
   d.data_dir = dir;
   Result<std::unique_ptr<DurableStore>> store = DurableStore::Open(*policies, clock, d);
-  if (!store) return store.error();
+  if (!store) return Error{store.error()};
   (*store)->CompactAll();
-  return std::nullopt;
+  return Status::Ok();
 }
 
 struct Phase {  // one start on the data dir
@@ -555,8 +555,8 @@ int RunDurableRestart(const DurableRestartOptions& o, std::ostream& out, std::os
     r.compact_skipped = "--no-compact";
   } else {
     const Clock::time_point start = Clock::now();
-    if (std::optional<std::string> error = CompactHere(o, path)) {
-      r.compact_skipped = *error;
+    if (Status compacted = CompactHere(o, path); !compacted.ok()) {
+      r.compact_skipped = compacted.error();
     } else {
       r.compact_ms = MsSince(start);
       r.compacted = MeasureDataDir(path);

@@ -143,29 +143,29 @@ WorstWindow ExactWorstWindow(std::vector<Admission>& spans, const PromiseBound& 
   return result;
 }
 
-
-std::optional<std::string> CheckRecord(const DecisionRecord& r,
-                                       const std::array<size_t, kKinds>& keys_of_kind) {
-  if (r.kind >= kKinds) return "kind " + std::to_string(r.kind) + " (0 or 1)";
+Status CheckRecord(const DecisionRecord& r, const std::array<size_t, kKinds>& keys_of_kind) {
+  if (r.kind >= kKinds) return Error{"kind " + std::to_string(r.kind) + " (0 or 1)"};
   if (r.index >= keys_of_kind[r.kind]) {
-    return "key rank " + std::to_string(r.index) + " of " + std::to_string(keys_of_kind[r.kind]);
+    return Error{"key rank " + std::to_string(r.index) + " of " +
+                 std::to_string(keys_of_kind[r.kind])};
   }
-  if (r.source > kFallback) return "source " + std::to_string(r.source) + " (0 to 2)";
-  if (r.allowed > 1 || r.error > 1 || r.checked > 1 || r.measured > 1) return "a flag not 0 or 1";
-  if (r.cost < 1) return "cost " + std::to_string(r.cost);
-  if (r.done_us < r.intended_us) return "a decision before its arrival";
-  return std::nullopt;
+  if (r.source > kFallback) return Error{"source " + std::to_string(r.source) + " (0 to 2)"};
+  if (r.allowed > 1 || r.error > 1 || r.checked > 1 || r.measured > 1) {
+    return Error{"a flag not 0 or 1"};
+  }
+  if (r.cost < 1) return Error{"cost " + std::to_string(r.cost)};
+  if (r.done_us < r.intended_us) return Error{"a decision before its arrival"};
+  return Status::Ok();
 }
 
-std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, int64_t deadline_us,
-                                 std::string* error) {
+Result<std::vector<KindLimits>> LimitsOf(const PolicySet& policies, int gateways,
+                                         int64_t deadline_us) {
   std::vector<KindLimits> out;
   const int64_t n = std::max(1, gateways);
   for (int k = 0; k < kKinds; ++k) {
     const Policy* p = policies.Find(KindPolicy(static_cast<Kind>(k)));
     if (p == nullptr) {
-      *error = policies.source() + " has no policy '" + KindPolicy(static_cast<Kind>(k)) + "'";
-      return {};
+      return Error{policies.source() + " has no policy '" + KindPolicy(static_cast<Kind>(k)) + "'"};
     }
     KindLimits l;
     l.policy = p->name;
@@ -202,7 +202,6 @@ std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, int64_
     }
     out.push_back(l);
   }
-  error->clear();
   return out;
 }
 

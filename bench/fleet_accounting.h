@@ -13,6 +13,7 @@
 
 #include "bench/cluster_workload.h"
 #include "common/promise_check.h"
+#include "limiter/status.h"
 
 namespace limiter {
 class PolicySet;
@@ -40,10 +41,9 @@ struct DecisionRecord {
 };
 static_assert(sizeof(DecisionRecord) == 40, "records are written to files as they are");
 
-// What is wrong with a record (a kind, source, flag or index out of range, a cost below 1,
-// a decision before its arrival), or nullopt. `keys_of_kind` bounds the index per kind.
-std::optional<std::string> CheckRecord(const DecisionRecord& r,
-                                       const std::array<size_t, kKinds>& keys_of_kind);
+// Ok, or what is wrong with a record (a kind, source, flag or index out of range, a cost
+// below 1, a decision before its arrival). `keys_of_kind` bounds the index per kind.
+Status CheckRecord(const DecisionRecord& r, const std::array<size_t, kKinds>& keys_of_kind);
 
 // The worst window over every interval [a, b], counting the admissions whose whole span lies
 // in it. Exact whatever order the spans' starts come in: a leased unit's span reaches a TTL
@@ -70,9 +70,9 @@ struct KindLimits {
 };
 
 // The limits of api_key and login from the scenario's policy file, for `gateways` gateways
-// whose store calls have `deadline_us`. Empty `error` on success.
-std::vector<KindLimits> LimitsOf(const PolicySet& policies, int gateways, int64_t deadline_us,
-                                 std::string* error);
+// whose store calls have `deadline_us`; an error when the file lacks one of them.
+Result<std::vector<KindLimits>> LimitsOf(const PolicySet& policies, int gateways,
+                                         int64_t deadline_us);
 
 // The store-op floor for `records` with intended_us >= from_us (see fleet_accounting.cc),
 // by what each op was for.

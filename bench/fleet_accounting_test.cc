@@ -29,9 +29,9 @@ class Accounting : public ::testing::Test {
     Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
     EXPECT_TRUE(p.ok()) << p.error();
     policies_ = std::move(p).value();
-    std::string error;
-    limits_ = LimitsOf(policies_, 4, /*deadline_us=*/2000, &error);
-    EXPECT_EQ(error, "");
+    Result<std::vector<KindLimits>> limits = LimitsOf(policies_, 4, /*deadline_us=*/2000);
+    EXPECT_TRUE(limits.ok()) << limits.error();
+    if (limits.ok()) limits_ = std::move(limits).value();
   }
 
   // An admission (or denial) of key 0 on gateway `g` at `ms`, decided `rtt_us` later.
@@ -72,10 +72,10 @@ TEST_F(Accounting, LimitsComeFromThePolicies) {
   EXPECT_EQ(limits_[kApiKey].fallback_burst, 50);              // B/N
   EXPECT_TRUE(limits_[kLogin].strict);
   EXPECT_EQ(limits_[kLogin].fallback_limit, 0);  // no local limit: denies
-  std::string error;
   PolicySet none;
-  EXPECT_TRUE(LimitsOf(none, 4, 2000, &error).empty());
-  EXPECT_NE(error.find("no policy 'api_key'"), std::string::npos);
+  const Result<std::vector<KindLimits>> limits = LimitsOf(none, 4, 2000);
+  EXPECT_FALSE(limits.ok());
+  EXPECT_NE(limits.error().find("no policy 'api_key'"), std::string::npos) << limits.error();
 }
 
 TEST_F(Accounting, OneLeasePerTtlAndLeaseSize) {
@@ -129,26 +129,26 @@ TEST_F(Accounting, ADenialIsCachedFromWhenItWasDecided) {
 TEST_F(Accounting, RecordsFromAFileAreChecked) {
   const std::array<size_t, kKinds> keys = {10, 5};
   DecisionRecord r = At(0, true);
-  EXPECT_FALSE(CheckRecord(r, keys).has_value());
+  EXPECT_TRUE(CheckRecord(r, keys).ok());
   DecisionRecord bad = r;
   bad.kind = 2;
-  EXPECT_NE(CheckRecord(bad, keys).value_or("").find("kind 2"), std::string::npos);
+  EXPECT_NE(CheckRecord(bad, keys).error().find("kind 2"), std::string::npos);
   bad = r;
   bad.kind = kLogin;
   bad.index = 5;
-  EXPECT_NE(CheckRecord(bad, keys).value_or("").find("key rank 5 of 5"), std::string::npos);
+  EXPECT_NE(CheckRecord(bad, keys).error().find("key rank 5 of 5"), std::string::npos);
   bad = r;
   bad.source = 7;
-  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  EXPECT_FALSE(CheckRecord(bad, keys).ok());
   bad = r;
   bad.allowed = 2;
-  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  EXPECT_FALSE(CheckRecord(bad, keys).ok());
   bad = r;
   bad.cost = 0;
-  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  EXPECT_FALSE(CheckRecord(bad, keys).ok());
   bad = r;
   bad.done_us = bad.intended_us - 1;
-  EXPECT_TRUE(CheckRecord(bad, keys).has_value());
+  EXPECT_FALSE(CheckRecord(bad, keys).ok());
 }
 
 TEST_F(Accounting, StrictAndCheckedRequestsAreOneCheckEach) {

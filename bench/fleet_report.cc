@@ -87,17 +87,16 @@ std::string WorstText(const Json& w) {
              w["interval_ms"].get<double>(), w["allowed"].get<double>());
 }
 
-
-std::optional<std::string> MergeInto(RunTotals& total, RunTotals part) {
+Status MergeInto(RunTotals& total, RunTotals part) {
   if (total.parts_included.empty()) {
     total = std::move(part);
-    return std::nullopt;
+    return Status::Ok();
   }
   // Decision times move to the earliest start's clock. (Per-second rows stay on each part's
   // own clock: every part draws the same arrival stream from its own start.)
   constexpr int64_t kHourUs = 3'600'000'000;
   if (part.t0_wall_us < total.t0_wall_us - kHourUs || part.t0_wall_us > total.t0_wall_us + kHourUs) {
-    return "its parts started more than an hour apart: not one run";
+    return Error{"its parts started more than an hour apart: not one run"};
   }
   const int64_t shift = part.t0_wall_us - total.t0_wall_us;
   if (shift < 0) {
@@ -145,16 +144,16 @@ std::optional<std::string> MergeInto(RunTotals& total, RunTotals part) {
   total.arrival_cpu_s += part.arrival_cpu_s;
   total.arrivals_generated += part.arrivals_generated;
   for (NodeUsage& u : part.node_usage) total.node_usage.push_back(std::move(u));
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> WritePartial(const RunTotals& run, const std::string& json_path) {
+Status WritePartial(const RunTotals& run, const std::string& json_path) {
   const std::string records_path = json_path + ".records";
   {
     std::ofstream f(records_path, std::ios::binary);
     f.write(reinterpret_cast<const char*>(run.records.data()),
             static_cast<std::streamsize>(run.records.size() * sizeof(DecisionRecord)));
-    if (!f) return "cannot write " + records_path;
+    if (!f) return Error{"cannot write " + records_path};
   }
   Json seconds = Json::array();
   for (const SecondTotals& s : run.seconds) {
@@ -194,8 +193,8 @@ std::optional<std::string> WritePartial(const RunTotals& run, const std::string&
       {"record_bytes", sizeof(DecisionRecord)}});
   std::ofstream f(json_path);
   f << j.dump(1) << '\n';
-  if (!f) return "cannot write " + json_path;
-  return std::nullopt;
+  if (!f) return Error{"cannot write " + json_path};
+  return Status::Ok();
 }
 
 Result<RunTotals> ReadPartial(const std::string& json_path) {
@@ -295,8 +294,8 @@ Result<RunTotals> ReadPartial(const std::string& json_path) {
     const std::array<size_t, kKinds> keys = {static_cast<size_t>(scenario->keys),
                                              static_cast<size_t>(scenario->accounts)};
     for (size_t i = 0; i < run.records.size(); ++i) {
-      if (auto why = CheckRecord(run.records[i], keys)) {
-        return Error{records_path + ": decision " + std::to_string(i) + ": " + *why};
+      if (Status s = CheckRecord(run.records[i], keys); !s.ok()) {
+        return Error{records_path + ": decision " + std::to_string(i) + ": " + s.error()};
       }
     }
   } catch (const std::exception& e) {  // the JSON's shape, a bucket index, an allocation
@@ -314,10 +313,12 @@ std::vector<ChartRow> ChartRowsOf(const RunTotals& run) {
   return rows;
 }
 
-Json BuildReport(const RunTotals& run, const PolicySet& policies, const Workload& workload,
-                 std::string* markdown) {
-  std::string error;
-  const std::vector<KindLimits> limits = LimitsOf(policies, run.gateways, run.deadline_us, &error);
+Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const Workload& workload,
+                         std::string* markdown) {
+  const Result<std::vector<KindLimits>> limits_of =
+      LimitsOf(policies, run.gateways, run.deadline_us);
+  if (!limits_of) return limits_of.status();
+  const std::vector<KindLimits>& limits = *limits_of;
   const Accuracy a = CheckAccuracy(run.records, limits, workload);
   const StoreOpFloorResult floor = StoreOpFloor(run.records, limits);
   const double span_s = std::max(run.duration_s, run.decided_span_s);

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,8 +17,6 @@
 #include "bench/report_chart.h"
 #include "common/histogram.h"
 #include "limiter/status.h"
-#include <nlohmann/json_fwd.hpp>
-
 
 namespace limiter::bench {
 
@@ -72,17 +71,18 @@ struct RunTotals {
 // Adds `part` into `total`: counts add, histograms and seconds merge, records join (moved to
 // `total`'s clock: both parts' wall-clock starts are known). An error when the parts started
 // more than an hour apart (they are not one run).
-std::optional<std::string> MergeInto(RunTotals& total, RunTotals part);
+Status MergeInto(RunTotals& total, RunTotals part);
 
 // The partial report: JSON at `json_path`, the decisions at `json_path + ".records"`. Reading
 // checks everything (sizes, the parts it names, every decision) and says what is wrong.
-std::optional<std::string> WritePartial(const RunTotals& run, const std::string& json_path);
+Status WritePartial(const RunTotals& run, const std::string& json_path);
 Result<RunTotals> ReadPartial(const std::string& json_path);
 
 // The report of a whole run (one part, or merged parts), with the store-op floor and the
-// accuracy accounting over every decision; `markdown` gets its table.
-nlohmann::json BuildReport(const RunTotals& run, const PolicySet& policies,
-                           const Workload& workload, std::string* markdown);
+// accuracy accounting over every decision; `markdown` gets its table. An error when the
+// policy file lacks a policy the accounting needs (LimitsOf).
+Result<nlohmann::json> BuildReport(const RunTotals& run, const PolicySet& policies,
+                                   const Workload& workload, std::string* markdown);
 
 // What makes runs one run: the scenario, seed, rate, gateways, nodes, duration, warm-up,
 // spread, loops, deadline and part count (not which parts).

@@ -337,8 +337,11 @@ std::vector<std::vector<uint16_t>> FleetSim::Resets() const {
 }
 
 Json FleetSim::Report() const {
-  std::string error;
-  const std::vector<KindLimits> limits = LimitsOf(policies_, s_.gateways, o_.deadline_us, &error);
+  const Result<std::vector<KindLimits>> limits_of =
+      LimitsOf(policies_, s_.gateways, o_.deadline_us);
+  // RunFleetSim checked that the policy file has every policy LimitsOf needs.
+  LIMITER_CHECK(limits_of.ok(), limits_of.error());
+  const std::vector<KindLimits>& limits = *limits_of;
   const std::vector<std::vector<uint16_t>> resets = Resets();
   const Accuracy a = CheckAccuracy(records_, limits, workload_, &resets);
   const StoreOpFloorResult floor_parts = StoreOpFloor(records_, limits);
@@ -460,15 +463,15 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
     err << "limiter-bench sim: " << why << '\n';
     return code;
   };
-  Scenario scenario;
-  if (auto e = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread, &scenario)) {
-    return fail(*e, 2);
-  }
+  Result<Scenario> resolved = ResolveScenario(o.scenario, o.rate, o.gateways, o.spread);
+  if (!resolved) return fail(resolved.error(), 2);
+  Scenario& scenario = *resolved;
   if (o.nodes > 0) scenario.nodes = o.nodes;
   Result<std::vector<Fault>> faults = ParseFaults(o.faults);
   if (!faults) return fail(faults.error(), 2);
-  if (auto e = CheckFaults(*faults, scenario.nodes, scenario.gateways, scenario.tenants)) {
-    return fail(*e, 2);
+  if (Status s = CheckFaults(*faults, scenario.nodes, scenario.gateways, scenario.tenants);
+      !s.ok()) {
+    return fail(s.error(), 2);
   }
   Result<PolicySet> policies = LoadPolicyFile(o.policies);
   if (!policies) return fail(policies.error());
@@ -510,8 +513,10 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
       rows.push_back({s["t"].get<double>(), s["decided"].get<uint64_t>(), s["store_ops"].get<uint64_t>(),
                       s["p99_us"].get<uint64_t>()});
     }
-    if (auto e = WriteChart(o.report_dir, rows, "limiter-bench sim " + o.scenario + ": throughput and p99")) {
-      return fail(*e);
+    if (Status s = WriteChart(o.report_dir, rows,
+                              "limiter-bench sim " + o.scenario + ": throughput and p99");
+        !s.ok()) {
+      return fail(s.error());
     }
     std::ofstream wall_file(o.report_dir + "/wall.json");
     wall_file << Json{{"simulated_s", simulated}, {"wall_s", wall},

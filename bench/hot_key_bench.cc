@@ -72,21 +72,21 @@ class LoadThread {
     counts_.by_node.assign(ring.members().size(), 0);
   }
 
-  std::optional<std::string> Connect() {
+  Status Connect() {
     for (size_t n = 0; n < nodes_.size(); ++n) {
       Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(ring_.members()[n], 5000, o_.access);
-      if (!c) return ring_.members()[n] + ": " + c.error();
+      if (!c) return Error{ring_.members()[n] + ": " + c.error()};
       nodes_[n].connection = std::move(c).value();
     }
-    return std::nullopt;
+    return Status::Ok();
   }
 
   // Draws `batch` checks and sends every frame that fills; replies are counted when
   // `counting`.
-  std::optional<std::string> Step(bool counting) {
+  Status Step(bool counting) {
     counting_ = counting;
     const Clock::time_point now = Clock::now();
-    if (auto e = RenewSplits(now)) return e;
+    if (Status s = RenewSplits(now); !s.ok()) return s;
     std::uniform_real_distribution<double> draw(0, o_.hot_ratio + o_.keys - 1);
     for (int i = 0; i < o_.batch; ++i) {
       const double u = draw(rng_);
@@ -106,10 +106,10 @@ class LoadThread {
       node.builder.Check(next_id_++, o_.policy, names_[static_cast<size_t>(key)]);
       node.pending.push_back(key);
       if (node.pending.size() >= static_cast<size_t>(o_.batch)) {
-        if (auto e = Flush(n, kChecks)) return e;
+        if (Status s = Flush(n, kChecks); !s.ok()) return s;
       }
     }
-    return std::nullopt;
+    return Status::Ok();
   }
 
   bool hot_key_split() const { return views_[0].k != 0; }
@@ -130,35 +130,39 @@ class LoadThread {
   };
 
   // Sends node n's frame: its pending checks, or a renewal of `renewed_key`'s split.
-  std::optional<std::string> Flush(size_t n, int renewed_key) {
+  Status Flush(size_t n, int renewed_key) {
     Node& node = nodes_[n];
     while (node.in_flight.size() >= static_cast<size_t>(o_.depth)) {
-      if (auto e = ReceiveOne(n)) return e;
+      if (Status s = ReceiveOne(n); !s.ok()) return s;
     }
-    if (auto e = node.connection->Send(node.builder.Finish())) return ring_.members()[n] + ": " + *e;
+    if (Status s = node.connection->Send(node.builder.Finish()); !s.ok()) {
+      return Error{ring_.members()[n] + ": " + s.error()};
+    }
     node.builder.Clear();
     InFlight sent;
     sent.renewed_key = renewed_key;
     sent.keys.swap(node.pending);
     node.in_flight.push_back(std::move(sent));
-    return std::nullopt;
+    return Status::Ok();
   }
 
   // Reads the reply to node n's oldest frame in flight.
-  std::optional<std::string> ReceiveOne(size_t n) {
+  Status ReceiveOne(size_t n) {
     Node& node = nodes_[n];
     const std::string& member = ring_.members()[n];
     Result<const wire::Reply*> reply = node.connection->Receive();
-    if (!reply) return member + ": " + reply.error();
+    if (!reply) return Error{member + ": " + reply.error()};
     InFlight sent = std::move(node.in_flight.front());
     node.in_flight.pop_front();
     const wire::Reply& r = **reply;
-    if (r.error()) return member + " refused a frame: " + r.error()->str();
+    if (r.error()) return Error{member + " refused a frame: " + r.error()->str()};
     const size_t expected = sent.renewed_key == kChecks ? sent.keys.size() : 1;
-    if (!r.ops() || r.ops()->size() != expected) return member + ": a reply with the wrong number of ops";
+    if (!r.ops() || r.ops()->size() != expected) {
+      return Error{member + ": a reply with the wrong number of ops"};
+    }
     if (sent.renewed_key != kChecks) {
       Learn(views_[static_cast<size_t>(sent.renewed_key)], sent.renewed_key, *r.ops()->Get(0), Clock::now());
-      return std::nullopt;
+      return Status::Ok();
     }
     for (size_t i = 0; i < sent.keys.size(); ++i) {
       const wire::OpReply& op = *r.ops()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -178,7 +182,7 @@ class LoadThread {
         }
       }
     }
-    return std::nullopt;
+    return Status::Ok();
   }
 
   void Learn(SplitView& view, int key, const wire::OpReply& op, Clock::time_point now) {
@@ -198,21 +202,21 @@ class LoadThread {
 
   // Renews (and reports on) the splits this thread uses, on their owners, as the client does.
   // The owner's pending checks go out first, in their own frame.
-  std::optional<std::string> RenewSplits(Clock::time_point now) {
+  Status RenewSplits(Clock::time_point now) {
     for (size_t key = 0; key < views_.size(); ++key) {
       SplitView& view = views_[key];
       if (view.k == 0 || now < view.renew_at) continue;
       const size_t owner = ring_.OwnerIndex(names_[key]);
       Node& node = nodes_[owner];
       if (!node.pending.empty()) {
-        if (auto e = Flush(owner, kChecks)) return e;
+        if (Status s = Flush(owner, kChecks); !s.ok()) return s;
       }
       node.builder.Split(0, o_.policy, names_[key], view.unreported);
       view.unreported = 0;
       view.renew_at = now + kRenewEvery;
-      if (auto e = Flush(owner, static_cast<int>(key))) return e;
+      if (Status s = Flush(owner, static_cast<int>(key)); !s.ok()) return s;
     }
-    return std::nullopt;
+    return Status::Ok();
   }
 
   const HotKeyBenchOptions& o_;
@@ -247,7 +251,7 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
   std::vector<std::unique_ptr<LoadThread>> loads;
   for (int t = 0; t < o.connections; ++t) {
     loads.push_back(std::make_unique<LoadThread>(o, ring, o.seed * 7919 + static_cast<uint64_t>(t)));
-    if (auto e = loads.back()->Connect()) return Error{*e};
+    if (Status s = loads.back()->Connect(); !s.ok()) return s;
   }
   // Warm up: until the hot key is split (split run), or for one second.
   std::atomic<int> phase{0};  // 0 warm-up, 1 measuring, 2 done
@@ -259,8 +263,8 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
       while (true) {
         const int p = phase.load(std::memory_order_relaxed);
         if (p == 2) break;
-        if (auto e = loads[t]->Step(p == 1)) {
-          failures[t] = *e;
+        if (Status s = loads[t]->Step(p == 1); !s.ok()) {
+          failures[t] = s.error();
           phase = 2;
           break;
         }

@@ -47,12 +47,13 @@ struct ConnectionRun {
 class StopFlag {
  public:
   bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
-  void Stop(std::string why) {
+  void Stop(Status why) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!why_) why_ = std::move(why);
+    if (why_.ok()) why_ = std::move(why);
     stopped_.store(true, std::memory_order_relaxed);
   }
-  std::optional<std::string> why() {
+  // The first error; ok when none stopped the run.
+  Status why() {
     std::lock_guard<std::mutex> lock(mu_);
     return why_;
   }
@@ -60,7 +61,7 @@ class StopFlag {
  private:
   std::atomic<bool> stopped_{false};
   std::mutex mu_;
-  std::optional<std::string> why_;  // guarded by mu_
+  Status why_;  // guarded by mu_
 };
 
 // Draws `batch` keys and encodes them as one frame.
@@ -92,9 +93,9 @@ void ClosedLoop(LoadChannel& channel, const LoadShape& shape, uint64_t seed, Ste
   std::vector<SteadyTime> sent_at(depth, Now());  // a ring: the frames in flight
   size_t head = 0;                                // the oldest
   size_t in_flight = depth;
-  if (auto error = channel.Send(out)) return stop.Stop(std::move(*error));
+  if (Status s = channel.Send(out); !s.ok()) return stop.Stop(std::move(s));
   while (in_flight > 0) {
-    if (auto error = channel.ReceiveFrame(batch, run.counts)) return stop.Stop(std::move(*error));
+    if (Status s = channel.ReceiveFrame(batch, run.counts); !s.ok()) return stop.Stop(std::move(s));
     const SteadyTime now = Now();
     run.latency_us.Record(Micros(now - sent_at[head]));
     run.last_reply = now;
@@ -105,7 +106,7 @@ void ClosedLoop(LoadChannel& channel, const LoadShape& shape, uint64_t seed, Ste
     frames.AppendTo(out);
     sent_at[(head + in_flight) % depth] = Now();
     ++in_flight;
-    if (auto error = channel.Send(out)) return stop.Stop(std::move(*error));
+    if (Status s = channel.Send(out); !s.ok()) return stop.Stop(std::move(s));
   }
 }
 
@@ -155,7 +156,7 @@ void OpenLoop(LoadChannel& channel, const LoadShape& shape, uint64_t seed, const
     // Replies first: each one's latency is taken as soon as it is seen.
     while (answered < encoded) {
       Result<bool> took = channel.TakeFrame(batch, run.counts);
-      if (!took) return stop.Stop(took.error());
+      if (!took) return stop.Stop(took.status());
       if (!*took) break;
       const SteadyTime now = Now();
       run.latency_us.Record(Micros(now - schedule.At(answered)));
@@ -177,7 +178,7 @@ void OpenLoop(LoadChannel& channel, const LoadShape& shape, uint64_t seed, const
     }
     if (written < out.size()) {
       Result<size_t> taken = channel.SendSome(std::span<const uint8_t>(out).subspan(written));
-      if (!taken) return stop.Stop(taken.error());
+      if (!taken) return stop.Stop(taken.status());
       written += *taken;
     }
 
@@ -187,12 +188,14 @@ void OpenLoop(LoadChannel& channel, const LoadShape& shape, uint64_t seed, const
     SteadyTime until = now + kMaxWait;
     if (!sending && schedule.Sends(encoded)) until = std::min(until, schedule.At(encoded));
     if (awaiting) {
-      if (now - last_progress >= reply_timeout) return stop.Stop("timed out waiting for a reply");
+      if (now - last_progress >= reply_timeout) {
+        return stop.Stop(Error{"timed out waiting for a reply"});
+      }
       until = std::min(until, last_progress + reply_timeout);
     } else {
       last_progress = now;
     }
-    if (auto error = channel.Poll(until, awaiting, sending)) return stop.Stop(std::move(*error));
+    if (Status s = channel.Poll(until, awaiting, sending); !s.ok()) return stop.Stop(std::move(s));
   }
 }
 
@@ -249,7 +252,7 @@ Result<LoadResult> RunLoad(std::span<LoadChannel* const> channels, const LoadSha
     }
   }
   for (std::thread& t : threads) t.join();
-  if (auto why = stop.why()) return Error{*why};
+  if (Status why = stop.why(); !why.ok()) return why;
 
   LoadResult result;
   SteadyTime end = start;
@@ -280,9 +283,9 @@ Result<CheckCounts> TouchEveryKey(LoadChannel& channel, uint64_t keys, int batch
       in_flight.push_back(frame.size());
     }
     if (!out.empty()) {
-      if (auto error = channel.Send(out)) return Error{*error};
+      if (Status s = channel.Send(out); !s.ok()) return s;
     }
-    if (auto error = channel.ReceiveFrame(in_flight.front(), counts)) return Error{*error};
+    if (Status s = channel.ReceiveFrame(in_flight.front(), counts); !s.ok()) return s;
     in_flight.erase(in_flight.begin());
   }
   return counts;

@@ -71,18 +71,18 @@ class LoadChannel {
   // Appends to `out` one frame that checks each of `keys` (key numbers) once.
   virtual void EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) = 0;
 
-  // Writes all of `bytes` (one or more encoded frames); an error message on failure.
-  virtual std::optional<std::string> Send(std::span<const uint8_t> bytes) = 0;
+  // Writes all of `bytes` (one or more encoded frames); an error on failure.
+  virtual Status Send(std::span<const uint8_t> bytes) = 0;
   // Reads the replies to the oldest frame in flight, which held `checks` checks, and counts
-  // them; an error message when the connection failed.
-  virtual std::optional<std::string> ReceiveFrame(size_t checks, CheckCounts& counts) = 0;
+  // them; an error when the connection failed.
+  virtual Status ReceiveFrame(size_t checks, CheckCounts& counts) = 0;
 
   // Writes what the connection takes of `bytes` now, without blocking; how many bytes.
   virtual Result<size_t> SendSome(std::span<const uint8_t> bytes) = 0;
   // Waits until replies have arrived (when `for_replies`), the connection takes more bytes
   // (when `for_send`), or `until`, whichever is first; then reads the replies that arrived.
   // An error when the connection failed (closed by the peer included).
-  virtual std::optional<std::string> Poll(Time until, bool for_replies, bool for_send) = 0;
+  virtual Status Poll(Time until, bool for_replies, bool for_send) = 0;
   // Takes from what Poll read the replies to the oldest frame in flight, which held `checks`
   // checks, and counts them: true; or false when they are not all in yet (counting may have
   // begun: call again for the same frame). An error when the replies are bad.

@@ -36,18 +36,18 @@ class FakeChannel final : public LoadChannel {
     Append(out, keys.data(), keys.size_bytes());
   }
 
-  std::optional<std::string> Send(std::span<const uint8_t> bytes) override {
+  Status Send(std::span<const uint8_t> bytes) override {
     Touch();
-    if (fail_sends_) return "send failed";
+    if (fail_sends_) return Error{"send failed"};
     Take(bytes);
-    return std::nullopt;
+    return Status::Ok();
   }
 
-  std::optional<std::string> ReceiveFrame(size_t checks, CheckCounts& counts) override {
+  Status ReceiveFrame(size_t checks, CheckCounts& counts) override {
     Result<bool> took = TakeFrame(checks, counts);
-    if (!took) return took.error();
-    if (!*took) return "no frame in flight";  // what a socket's read timeout would end in
-    return std::nullopt;
+    if (!took) return took.status();
+    if (!*took) return Error{"no frame in flight"};  // what a socket's read timeout would end in
+    return Status::Ok();
   }
 
   Result<size_t> SendSome(std::span<const uint8_t> bytes) override {
@@ -62,12 +62,12 @@ class FakeChannel final : public LoadChannel {
     return n;
   }
 
-  std::optional<std::string> Poll(Time until, bool for_replies, bool for_send) override {
+  Status Poll(Time until, bool for_replies, bool for_send) override {
     Touch();
     // A reply waiting, or room to send (there always is), ends the wait at once.
-    if ((for_replies && !frames_.empty() && !silent_) || for_send) return std::nullopt;
+    if ((for_replies && !frames_.empty() && !silent_) || for_send) return Status::Ok();
     std::this_thread::sleep_until(until);
-    return std::nullopt;
+    return Status::Ok();
   }
 
   Result<bool> TakeFrame(size_t checks, CheckCounts& counts) override {

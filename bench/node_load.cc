@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -15,9 +16,9 @@
 #include <thread>
 #include <utility>
 
+#include "common/read_file.h"
 #include "protocol/auth.h"
 #include "protocol/frame_codec.h"
-#include "common/read_file.h"
 #include "protocol/wire.h"
 
 namespace limiter::bench {
@@ -62,27 +63,27 @@ void NodeChannel::EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_
   AppendFrame(out, builder_.Finish());
 }
 
-std::optional<std::string> NodeChannel::Send(std::span<const uint8_t> bytes) {
+Status NodeChannel::Send(std::span<const uint8_t> bytes) {
   if (tls_) return tls_->SendRaw(bytes);
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return "timed out sending";
-      return Errno("send");
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Error{"timed out sending"};
+      return Error{Errno("send")};
     }
     sent += static_cast<size_t>(n);
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> NodeChannel::ReceiveFrame(size_t checks, CheckCounts& counts) {
+Status NodeChannel::ReceiveFrame(size_t checks, CheckCounts& counts) {
   while (true) {
     Result<bool> took = TakeFrame(checks, counts);
-    if (!took) return took.error();
-    if (*took) return std::nullopt;
-    if (auto error = Read(0)) return error;
+    if (!took) return Error{took.error()};
+    if (*took) return Status::Ok();
+    if (Status s = Read(0); !s.ok()) return s;
   }
 }
 
@@ -96,11 +97,11 @@ Result<size_t> NodeChannel::SendSome(std::span<const uint8_t> bytes) {
   }
 }
 
-std::optional<std::string> NodeChannel::Poll(Time until, bool for_replies, bool for_send) {
-  if (tls_) return "the open loop (--rate) does not run over TLS; use the closed loop";
+Status NodeChannel::Poll(Time until, bool for_replies, bool for_send) {
+  if (tls_) return Error{"the open loop (--rate) does not run over TLS; use the closed loop"};
   Result<bool> readable = WaitForSocket(fd_, until, for_replies, for_send);
-  if (!readable) return readable.error();
-  return *readable ? Read(MSG_DONTWAIT) : std::nullopt;
+  if (!readable) return Error{readable.error()};
+  return *readable ? Read(MSG_DONTWAIT) : Status::Ok();
 }
 
 Result<bool> NodeChannel::TakeFrame(size_t checks, CheckCounts& counts) {
@@ -109,53 +110,52 @@ Result<bool> NodeChannel::TakeFrame(size_t checks, CheckCounts& counts) {
   if (frame.status != FrameStatus::kFrame) {
     return Error{"the node sent a bad frame: " + DescribeFrameError(frame, kMaxReplyBytes)};
   }
-  std::optional<std::string> error = Count(frame.body, checks, counts);
+  Status counted = Count(frame.body, checks, counts);
   in_.Consume(frame.consumed);
-  if (error) return Error{std::move(*error)};
+  if (!counted.ok()) return counted;
   return true;
 }
 
-std::optional<std::string> NodeChannel::Read(int flags) {
+Status NodeChannel::Read(int flags) {
   const std::span<uint8_t> space = in_.Space(kReadBytes);
   if (tls_) {
     Result<size_t> n = tls_->ReadSome(space);
-    if (!n) return n.error();
-    if (*n == 0) return "the node closed the connection";
+    if (!n) return Error{n.error()};
+    if (*n == 0) return Error{"the node closed the connection"};
     in_.Commit(*n);
-    return std::nullopt;
+    return Status::Ok();
   }
   while (true) {
     const ssize_t n = ::recv(fd_, space.data(), space.size(), flags);
     if (n > 0) {
       in_.Commit(static_cast<size_t>(n));
-      return std::nullopt;
+      return Status::Ok();
     }
-    if (n == 0) return "the node closed the connection";
+    if (n == 0) return Error{"the node closed the connection"};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (flags & MSG_DONTWAIT) return std::nullopt;
-      return "timed out waiting for a reply";
+      if (flags & MSG_DONTWAIT) return Status::Ok();
+      return Error{"timed out waiting for a reply"};
     }
-    return Errno("recv");
+    return Error{Errno("recv")};
   }
 }
 
-std::optional<std::string> NodeChannel::Count(std::span<const uint8_t> body, size_t checks,
-                                              CheckCounts& counts) {
+Status NodeChannel::Count(std::span<const uint8_t> body, size_t checks, CheckCounts& counts) {
   const wire::Reply* received = VerifiedReply(body, aligned_);
-  if (!received) return "the node sent a reply that fails verification";
+  if (!received) return Error{"the node sent a reply that fails verification"};
   const wire::Reply& reply = *received;
-  if (reply.error()) return "the node refused a frame: " + reply.error()->str();
+  if (reply.error()) return Error{"the node refused a frame: " + reply.error()->str()};
   const auto* ops = reply.ops();
   const size_t n = ops ? ops->size() : 0;
   if (n != checks) {
-    return "a reply carried " + std::to_string(n) + " op replies for a frame of " +
-           std::to_string(checks) + " checks";
+    return Error{"a reply carried " + std::to_string(n) + " op replies for a frame of " +
+                 std::to_string(checks) + " checks"};
   }
   for (const wire::OpReply* op : *ops) {
     if (op->id() != expected_id_) {
-      return "reply for op " + std::to_string(op->id()) + " where op " +
-             std::to_string(expected_id_) + " was due";
+      return Error{"reply for op " + std::to_string(op->id()) + " where op " +
+                   std::to_string(expected_id_) + " was due"};
     }
     ++expected_id_;
     ++counts.checks;
@@ -168,13 +168,13 @@ std::optional<std::string> NodeChannel::Count(std::span<const uint8_t> body, siz
       ++counts.denied;
     }
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 Result<NodeStats> ReadNodeStats(NodeConnection& connection) {
   RequestBuilder builder;
   builder.Stats(0);
-  if (auto error = connection.Send(builder.Finish())) return Error{*error};
+  if (Status s = connection.Send(builder.Finish()); !s.ok()) return s;
   Result<const wire::Reply*> received = connection.Receive();
   if (!received) return Error{received.error()};
   const wire::Reply& reply = **received;
@@ -298,12 +298,12 @@ constexpr int64_t kCfsPeriodUs = 5'000;  // short: a throttled node pauses brief
 constexpr int64_t kMinCfsQuotaUs = 1'000;
 constexpr int64_t kMaxCfsPeriodUs = 1'000'000;
 
-std::optional<std::string> WriteText(const std::string& path, const std::string& text) {
+Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
   f.flush();
-  if (!f) return "cannot write " + path + ": " + std::strerror(errno);
-  return std::nullopt;
+  if (!f) return Error{"cannot write " + path + ": " + std::strerror(errno)};
+  return Status::Ok();
 }
 
 }  // namespace
@@ -323,15 +323,15 @@ Result<std::unique_ptr<CpuBudget>> CpuBudget::Apply(int pid, double cores) {
   const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinCfsQuotaUs / cores)),
                                              kCfsPeriodUs, kMaxCfsPeriodUs);
   const int64_t quota = std::max<int64_t>(kMinCfsQuotaUs, std::llround(cores * static_cast<double>(period)));
-  if (auto e = WriteText(dir + "/cpu.cfs_period_us", std::to_string(period))) return Error{*e};
-  if (auto e = WriteText(dir + "/cpu.cfs_quota_us", std::to_string(quota))) return Error{*e};
-  if (auto e = WriteText(dir + "/cgroup.procs", std::to_string(pid))) return Error{*e};
+  if (Status s = WriteText(dir + "/cpu.cfs_period_us", std::to_string(period)); !s.ok()) return s;
+  if (Status s = WriteText(dir + "/cpu.cfs_quota_us", std::to_string(quota)); !s.ok()) return s;
+  if (Status s = WriteText(dir + "/cgroup.procs", std::to_string(pid)); !s.ok()) return s;
   return budget;
 }
 
 CpuBudget::~CpuBudget() {
   // A group with a process in it cannot be removed: hand the process back to the root first.
-  WriteText(std::string(kCpuCgroupRoot) + "/cgroup.procs", std::to_string(pid_));
+  (void)WriteText(std::string(kCpuCgroupRoot) + "/cgroup.procs", std::to_string(pid_));
   std::error_code ignored;
   std::filesystem::remove(dir_, ignored);
 }
@@ -402,8 +402,10 @@ std::optional<double> CpuSeconds(int pid) {
   std::string field;
   unsigned long long utime = 0, stime = 0;
   for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
+    unsigned long long* to = i == 14 ? &utime : i == 15 ? &stime : nullptr;
+    if (to == nullptr) continue;
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), *to);
+    if (ec != std::errc() || end != field.data() + field.size()) return std::nullopt;
   }
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }

@@ -9,11 +9,11 @@
 #include <string_view>
 
 #include "bench/load_loop.h"
-#include "protocol/node_connection.h"
-#include "protocol/request_builder.h"
-#include "protocol/read_buffer.h"
-#include "limiter/status.h"
 #include "common/subprocess.h"
+#include "limiter/status.h"
+#include "protocol/node_connection.h"
+#include "protocol/read_buffer.h"
+#include "protocol/request_builder.h"
 
 namespace limiter::bench {
 
@@ -34,10 +34,10 @@ class NodeChannel final : public LoadChannel {
   NodeChannel& operator=(const NodeChannel&) = delete;
 
   void EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) override;
-  std::optional<std::string> Send(std::span<const uint8_t> bytes) override;
-  std::optional<std::string> ReceiveFrame(size_t checks, CheckCounts& counts) override;
+  Status Send(std::span<const uint8_t> bytes) override;
+  Status ReceiveFrame(size_t checks, CheckCounts& counts) override;
   Result<size_t> SendSome(std::span<const uint8_t> bytes) override;
-  std::optional<std::string> Poll(Time until, bool for_replies, bool for_send) override;
+  Status Poll(Time until, bool for_replies, bool for_send) override;
   Result<bool> TakeFrame(size_t checks, CheckCounts& counts) override;
 
  private:
@@ -45,10 +45,9 @@ class NodeChannel final : public LoadChannel {
   NodeChannel(std::unique_ptr<NodeConnection> tls, std::string policy)
       : fd_(-1), policy_(std::move(policy)), tls_(std::move(tls)) {}
   // Reads into in_ once; `flags` 0 blocks (up to the timeout), MSG_DONTWAIT does not.
-  std::optional<std::string> Read(int flags);
+  Status Read(int flags);
   // Counts the replies of one reply frame, `body`, to a frame of `checks` checks.
-  std::optional<std::string> Count(std::span<const uint8_t> body, size_t checks,
-                                   CheckCounts& counts);
+  Status Count(std::span<const uint8_t> body, size_t checks, CheckCounts& counts);
 
   const int fd_;  // owned; -1 over TLS
   const std::string policy_;

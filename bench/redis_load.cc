@@ -185,29 +185,29 @@ void RedisChannel::EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8
   }
 }
 
-std::optional<std::string> RedisChannel::Send(std::span<const uint8_t> bytes) {
+Status RedisChannel::Send(std::span<const uint8_t> bytes) {
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(context_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return "redis: timed out sending";
-      return std::string("redis: send: ") + std::strerror(errno);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Error{"redis: timed out sending"};
+      return Error{std::string("redis: send: ") + std::strerror(errno)};
     }
     sent += static_cast<size_t>(n);
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> RedisChannel::ReceiveFrame(size_t checks, CheckCounts& counts) {
+Status RedisChannel::ReceiveFrame(size_t checks, CheckCounts& counts) {
   for (size_t i = 0; i < checks; ++i) {
     void* raw = nullptr;
     if (redisGetReply(context_, &raw) != REDIS_OK) {
-      return std::string("redis: ") + (context_->errstr[0] ? context_->errstr : "no reply");
+      return Error{std::string("redis: ") + (context_->errstr[0] ? context_->errstr : "no reply")};
     }
     CountReply(*ReplyPtr(static_cast<redisReply*>(raw)), counts);
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 Result<size_t> RedisChannel::SendSome(std::span<const uint8_t> bytes) {
@@ -219,22 +219,22 @@ Result<size_t> RedisChannel::SendSome(std::span<const uint8_t> bytes) {
   }
 }
 
-std::optional<std::string> RedisChannel::Poll(Time until, bool for_replies, bool for_send) {
+Status RedisChannel::Poll(Time until, bool for_replies, bool for_send) {
   Result<bool> readable = WaitForSocket(context_->fd, until, for_replies, for_send);
-  if (!readable) return "redis: " + readable.error();
-  if (!*readable) return std::nullopt;
+  if (!readable) return Error{"redis: " + readable.error()};
+  if (!*readable) return Status::Ok();
   char buf[16 * 1024];
   while (true) {
     const ssize_t n = ::recv(context_->fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
       if (redisReaderFeed(context_->reader, buf, static_cast<size_t>(n)) != REDIS_OK) {
-        return std::string("redis: ") + redisReaderGetError(context_->reader);
+        return Error{std::string("redis: ") + redisReaderGetError(context_->reader)};
       }
-      return std::nullopt;
+      return Status::Ok();
     }
-    if (n == 0) return "redis: the server closed the connection";
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
-    if (errno != EINTR) return std::string("redis: recv: ") + std::strerror(errno);
+    if (n == 0) return Error{"redis: the server closed the connection"};
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+    if (errno != EINTR) return Error{std::string("redis: recv: ") + std::strerror(errno)};
   }
 }
 

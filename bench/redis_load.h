@@ -9,8 +9,8 @@
 
 #include "bench/load_loop.h"
 #include "common/rate.h"
-#include "limiter/status.h"
 #include "common/subprocess.h"
+#include "limiter/status.h"
 
 struct redisContext;
 
@@ -54,10 +54,10 @@ class RedisChannel final : public LoadChannel {
   RedisChannel& operator=(const RedisChannel&) = delete;
 
   void EncodeFrame(std::span<const uint64_t> keys, std::vector<uint8_t>& out) override;
-  std::optional<std::string> Send(std::span<const uint8_t> bytes) override;
-  std::optional<std::string> ReceiveFrame(size_t checks, CheckCounts& counts) override;
+  Status Send(std::span<const uint8_t> bytes) override;
+  Status ReceiveFrame(size_t checks, CheckCounts& counts) override;
   Result<size_t> SendSome(std::span<const uint8_t> bytes) override;
-  std::optional<std::string> Poll(Time until, bool for_replies, bool for_send) override;
+  Status Poll(Time until, bool for_replies, bool for_send) override;
   Result<bool> TakeFrame(size_t checks, CheckCounts& counts) override;
 
  private:

@@ -59,7 +59,7 @@ double RateOf(const RegionsBenchOptions& o, size_t i, double t) {
 int64_t AskShare(NodeConnection& c) {
   RequestBuilder b;
   b.Regions(1, "partner", "acme");
-  if (c.Send(b.Finish())) return -1;
+  if (!c.Send(b.Finish()).ok()) return -1;
   Result<const wire::Reply*> r = c.Receive();
   if (!r || !(*r)->ops() || (*r)->ops()->size() != 1) return -1;
   const wire::OpReply* op = (*r)->ops()->Get(0);

@@ -7,8 +7,8 @@
 
 namespace limiter::bench {
 
-std::optional<std::string> WriteChart(const std::string& dir, const std::vector<ChartRow>& rows,
-                                      const std::string& title) {
+Status WriteChart(const std::string& dir, const std::vector<ChartRow>& rows,
+                  const std::string& title) {
   const std::string tsv = dir + "/per_second.tsv";
   {
     std::ofstream f(tsv);
@@ -16,7 +16,7 @@ std::optional<std::string> WriteChart(const std::string& dir, const std::vector<
     for (const ChartRow& s : rows) {
       f << s.t << '\t' << s.decided << '\t' << s.store_ops << '\t' << s.p99_us << '\n';
     }
-    if (!f) return "cannot write " + tsv;
+    if (!f) return Error{"cannot write " + tsv};
   }
   const std::string gp = dir + "/chart.gp";
   {
@@ -29,14 +29,13 @@ std::optional<std::string> WriteChart(const std::string& dir, const std::vector<
       << "plot '" << tsv << "' using 1:2 with linespoints title 'decisions/s' axes x1y1, \\\n"
       << "     '" << tsv << "' using 1:3 with linespoints title 'store ops/s' axes x1y1, \\\n"
       << "     '" << tsv << "' using 1:4 with linespoints title 'p99 (us)' axes x1y2\n";
-    if (!f) return "cannot write " + gp;
+    if (!f) return Error{"cannot write " + gp};
   }
   Result<std::unique_ptr<Subprocess>> gnuplot = Subprocess::Start({"gnuplot", gp});
-  if (!gnuplot) return "cannot run gnuplot: " + gnuplot.error();
+  if (!gnuplot) return Error{"cannot run gnuplot: " + gnuplot.error()};
   const std::optional<int> status = (*gnuplot)->Wait(30'000);
-  if (!status || *status != 0) return "gnuplot failed on " + gp;
-  return std::nullopt;
+  if (!status || *status != 0) return Error{"gnuplot failed on " + gp};
+  return Status::Ok();
 }
-
 
 }  // namespace limiter::bench

@@ -3,9 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
+
+#include "limiter/status.h"
 
 namespace limiter::bench {
 
@@ -17,7 +18,7 @@ struct ChartRow {
 };
 
 // Writes the three files into `dir`; an error when a file cannot be written or gnuplot fails.
-std::optional<std::string> WriteChart(const std::string& dir, const std::vector<ChartRow>& rows,
-                                      const std::string& title);
+Status WriteChart(const std::string& dir, const std::vector<ChartRow>& rows,
+                  const std::string& title);
 
 }  // namespace limiter::bench

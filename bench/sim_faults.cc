@@ -66,48 +66,44 @@ std::optional<int64_t> Time(const std::string& s) {
   return static_cast<int64_t>(std::llround(*v * scale));
 }
 
-// Parses one clause; `why` says what was wrong.
-std::optional<Fault> Clause(const std::string& clause, std::string* why) {
+// Parses one clause, or says what is wrong with it.
+Result<Fault> Clause(const std::string& clause) {
   const std::vector<std::string> parts = Split(clause, ',');
   const std::vector<std::string> w = Words(parts.front());
   Fault f;
   f.text = clause;
-  auto at = [&](size_t i) -> bool {
+  auto at = [&](size_t i) -> Status {
     if (w.size() != i + 2 || w[i] != "at") {
-      *why = "expected 'at TIME' after '" + (i ? w[i - 1] : std::string()) + "'";
-      return false;
+      return Error{"expected 'at TIME' after '" + (i ? w[i - 1] : std::string()) + "'"};
     }
     const std::optional<int64_t> t = Time(w[i + 1]);
     if (!t) {
-      *why = "'" + w[i + 1] + "' is not a time (say 4s, 4.5s or 500ms)";
-      return false;
+      return Error{"'" + w[i + 1] + "' is not a time (say 4s, 4.5s or 500ms)"};
     }
     f.at_us = *t;
-    return true;
+    return Status::Ok();
   };
-  auto node_number = [&](const std::string& s) -> bool {
+  auto node_number = [&](const std::string& s) -> Status {
     const std::optional<int64_t> n = Integer(s);
     if (!n || *n < 1 || *n > 1024) {
-      *why = "'" + s + "' is not a node number (1, 2, ...)";
-      return false;
+      return Error{"'" + s + "' is not a node number (1, 2, ...)"};
     }
     f.node = static_cast<int>(*n - 1);
-    return true;
+    return Status::Ok();
   };
   std::vector<std::string> ends;  // the words the optional parts may start with
   if (w.size() >= 2 && w[0] == "kill" && w[1] == "node") {
     f.kind = Fault::Kind::kKill;
     if (w.size() < 3) {
-      *why = "expected 'kill node N at T'";
-      return std::nullopt;
+      return Error{"expected 'kill node N at T'"};
     }
-    if (!node_number(w[2]) || !at(3)) return std::nullopt;
+    if (Status s = node_number(w[2]); !s.ok()) return s;
+    if (Status s = at(3); !s.ok()) return s;
     ends = {"restart"};
   } else if (w.size() >= 2 && w[0] == "partition" && (w[1] == "gateways" || w[1] == "gateway")) {
     f.kind = Fault::Kind::kPartition;
     if (w.size() < 6 || w[3] != "from" || w[4] != "node") {
-      *why = "expected 'partition gateways A-B from node N at T'";
-      return std::nullopt;
+      return Error{"expected 'partition gateways A-B from node N at T'"};
     }
     const std::vector<std::string> range = Split(w[2], '-');
     const size_t dashes = static_cast<size_t>(std::count(w[2].begin(), w[2].end(), '-'));
@@ -115,48 +111,44 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
     const std::optional<int64_t> b = range.size() == 2 ? Integer(range[1]) : a;
     if (range.size() != dashes + 1 || range.size() > 2 || !a || !b || *a < 1 || *b < *a ||
         *b > 65535) {
-      *why = "'" + w[2] + "' is not a gateway range (say 1-20, or 3)";
-      return std::nullopt;
+      return Error{"'" + w[2] + "' is not a gateway range (say 1-20, or 3)"};
     }
     f.gateway_from = static_cast<int>(*a - 1);
     f.gateway_to = static_cast<int>(*b - 1);
-    if (!node_number(w[5]) || !at(6)) return std::nullopt;
+    if (Status s = node_number(w[5]); !s.ok()) return s;
+    if (Status s = at(6); !s.ok()) return s;
     ends = {"heal"};
   } else if (w.size() >= 2 && w[0] == "slow" && w[1] == "node") {
     f.kind = Fault::Kind::kSlow;
-    if (w.size() < 5 || !node_number(w[2])) {
-      if (why->empty()) *why = "expected 'slow node N by X at T'";
-      return std::nullopt;
-    }
+    if (w.size() < 5) return Error{"expected 'slow node N by X at T'"};
+    if (Status s = node_number(w[2]); !s.ok()) return s;
     const std::optional<double> x = w[3] == "by" ? Number(w[4]) : std::nullopt;
     if (!x || *x < 1 || *x > 1000) {
-      *why = "expected 'by X' with X from 1 to 1000 after 'slow node N'";
-      return std::nullopt;
+      return Error{"expected 'by X' with X from 1 to 1000 after 'slow node N'"};
     }
     f.factor = *x;
-    if (!at(5)) return std::nullopt;
+    if (Status s = at(5); !s.ok()) return s;
     ends = {"until"};
   } else if (w.size() >= 2 && w[0] == "add" && w[1] == "node") {
     f.kind = Fault::Kind::kAddNode;
-    if (!at(2)) return std::nullopt;
+    if (Status s = at(2); !s.ok()) return s;
   } else if (w.size() >= 2 && w[0] == "hot" && w[1] == "tenant") {
     f.kind = Fault::Kind::kHotTenant;
     size_t i = 2;
     if (w.size() > 2 && w[2] != "at") {
       const std::optional<int64_t> t = Integer(w[2]);
       if (!t) {
-        *why = "'" + w[2] + "' is not a tenant number";
-        return std::nullopt;
+        return Error{"'" + w[2] + "' is not a tenant number"};
       }
       f.tenant = *t;
       i = 3;
     }
-    if (!at(i)) return std::nullopt;
+    if (Status s = at(i); !s.ok()) return s;
     ends = {"until", "rate"};
   } else {
-    *why = "unknown fault (known: kill node, partition gateways, slow node, add node, "
-           "hot tenant)";
-    return std::nullopt;
+    return Error{
+        "unknown fault (known: kill node, partition gateways, slow node, add node, "
+        "hot tenant)"};
   }
   for (size_t i = 1; i < parts.size(); ++i) {
     std::vector<std::string> e = Words(parts[i]);
@@ -165,8 +157,7 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
       const std::optional<double> r = Number(e[1].ends_with("/s") ? e[1].substr(0, e[1].size() - 2)
                                                                   : e[1]);
       if (!r || *r <= 0 || *r > 1e7) {
-        *why = "'" + e[1] + "' is not a rate (requests/s, up to 10,000,000)";
-        return std::nullopt;
+        return Error{"'" + e[1] + "' is not a rate (requests/s, up to 10,000,000)"};
       }
       f.rate = *r;
       continue;
@@ -178,21 +169,18 @@ std::optional<Fault> Clause(const std::string& clause, std::string* why) {
       for (const std::string& x : ends) {
         allowed += (allowed.empty() ? "'" : ", '") + x + (x == "rate" ? " R'" : x == "until" ? " T'" : " at T'");
       }
-      *why = "'" + parts[i] + "' is not " + (ends.empty() ? "allowed here" : "one of " + allowed);
-      return std::nullopt;
+      return Error{"'" + parts[i] + "' is not " +
+                   (ends.empty() ? "allowed here" : "one of " + allowed)};
     }
     const std::optional<int64_t> t = Time(e[2]);
     if (!t) {
-      *why = "'" + e[2] + "' is not a time (say 4s, 4.5s or 500ms)";
-      return std::nullopt;
+      return Error{"'" + e[2] + "' is not a time (say 4s, 4.5s or 500ms)"};
     }
     if (*t <= f.at_us) {
-      *why = "'" + parts[i] + "' must come after " + w.back();
-      return std::nullopt;
+      return Error{"'" + parts[i] + "' must come after " + w.back()};
     }
     if (f.until_us >= 0) {
-      *why = "'" + parts[i] + "' comes twice";
-      return std::nullopt;
+      return Error{"'" + parts[i] + "' comes twice"};
     }
     f.until_us = *t;
   }
@@ -209,16 +197,14 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     if (clause.back() == ',' || clause.find(",,") != std::string::npos) {
       return Error{"--faults: in '" + clause + "': an empty part between commas"};
     }
-    std::string why;
-    std::optional<Fault> f = Clause(clause, &why);
-    if (!f) return Error{"--faults: in '" + clause + "': " + why};
+    Result<Fault> f = Clause(clause);
+    if (!f) return Error{"--faults: in '" + clause + "': " + f.error()};
     out.push_back(std::move(*f));
   }
   return out;
 }
 
-std::optional<std::string> CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways,
-                                       int64_t tenants) {
+Status CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways, int64_t tenants) {
   std::vector<int64_t> adds;
   for (const Fault& f : faults) {
     if (f.kind == Fault::Kind::kAddNode) adds.push_back(f.at_us);
@@ -230,20 +216,20 @@ std::optional<std::string> CheckFaults(const std::vector<Fault>& faults, int nod
       const int64_t present =
           nodes + std::count_if(adds.begin(), adds.end(), [&](int64_t t) { return t < f.at_us; });
       if (f.node >= present) {
-        return "--faults: in '" + f.text + "': node " + std::to_string(f.node + 1) +
-               " does not exist then (" + std::to_string(present) + " nodes)";
+        return Error{"--faults: in '" + f.text + "': node " + std::to_string(f.node + 1) +
+                     " does not exist then (" + std::to_string(present) + " nodes)"};
       }
     }
     if (f.kind == Fault::Kind::kPartition && f.gateway_to >= gateways) {
-      return "--faults: in '" + f.text + "': there are " + std::to_string(gateways) +
-             " gateways";
+      return Error{"--faults: in '" + f.text + "': there are " + std::to_string(gateways) +
+                   " gateways"};
     }
     if (f.kind == Fault::Kind::kHotTenant && f.tenant >= tenants) {
-      return "--faults: in '" + f.text + "': there are " + std::to_string(tenants) +
-             " tenants (0 to " + std::to_string(tenants - 1) + ")";
+      return Error{"--faults: in '" + f.text + "': there are " + std::to_string(tenants) +
+                   " tenants (0 to " + std::to_string(tenants - 1) + ")"};
     }
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace limiter::bench

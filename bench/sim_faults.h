@@ -41,8 +41,7 @@ struct Fault {
 Result<std::vector<Fault>> ParseFaults(const std::string& spec);
 
 // Checks node and gateway numbers against the fleet (`nodes` at the start; each add node adds
-// one from its time on).
-std::optional<std::string> CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways,
-                                       int64_t tenants);
+// one from its time on): ok, or the first fault that names what the fleet does not have.
+Status CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways, int64_t tenants);
 
 }  // namespace limiter::bench

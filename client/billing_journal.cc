@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 
 #include "client/journal_files.h"
 
@@ -150,11 +149,11 @@ class BodyReader {
 class Replayer {
  public:
   // Applies one record's body; an error says what is wrong with it.
-  std::optional<std::string> Apply(std::string_view body) {
+  Status Apply(std::string_view body) {
     BodyReader r(body);
     uint8_t type;
     uint64_t number, units = 0;
-    if (!r.Byte(&type) || !r.Varint(&number)) return "cut short";
+    if (!r.Byte(&type) || !r.Varint(&number)) return Error{"cut short"};
     auto it = open_.find(number);
     const bool is_open = it != open_.end();
     switch (type) {
@@ -163,14 +162,16 @@ class Replayer {
         d.number = number;
         if (!r.Varint(&units) || !r.Bytes(kMaxNameBytes, &d.policy) ||
             !r.Bytes(kMaxKeyBytes, &d.key) || !r.Bytes(kMaxKeyBytes, &d.tenant)) {
-          return "an open record cut short, or a name longer than its bound";
+          return Error{"an open record cut short, or a name longer than its bound"};
         }
-        if (d.policy.empty() || d.key.empty()) return "an open record with an empty name";
+        if (d.policy.empty() || d.key.empty()) return Error{"an open record with an empty name"};
         if (units < 1 || units > static_cast<uint64_t>(BillingJournal::kMaxUnits)) {
-          return "opens debt " + std::to_string(number) + " with " + std::to_string(units) +
-                 " units";
+          return Error{"opens debt " + std::to_string(number) + " with " + std::to_string(units) +
+                       " units"};
         }
-        if (is_open) return "opens debt " + std::to_string(number) + ", which is open already";
+        if (is_open) {
+          return Error{"opens debt " + std::to_string(number) + ", which is open already"};
+        }
         d.units = static_cast<int64_t>(units);
         open_.emplace(number, debts_.size());
         debts_.push_back(std::move(d));
@@ -178,37 +179,38 @@ class Replayer {
       }
       case kAdd:
       case kPay: {
-        if (!r.Varint(&units)) return "cut short";
+        if (!r.Varint(&units)) return Error{"cut short"};
         const char* verb = type == kAdd ? "adds" : "pays";
         if (!is_open) {
-          return std::string(verb) + " to debt " + std::to_string(number) + ", which is not open";
+          return Error{std::string(verb) + " to debt " + std::to_string(number) +
+                       ", which is not open"};
         }
         JournalDebt& d = debts_[it->second];
         const uint64_t owed = static_cast<uint64_t>(d.units);
         if (units < 1 || (type == kAdd && units > BillingJournal::kMaxUnits - owed) ||
             (type == kPay && units > owed)) {
-          return std::string(verb) + " " + std::to_string(units) + " units to debt " +
-                 std::to_string(number) + ", which owes " + std::to_string(owed);
+          return Error{std::string(verb) + " " + std::to_string(units) + " units to debt " +
+                       std::to_string(number) + ", which owes " + std::to_string(owed)};
         }
         d.units = static_cast<int64_t>(type == kAdd ? owed + units : owed - units);
         break;
       }
       case kClose: {
         uint8_t reason;
-        if (!r.Byte(&reason)) return "cut short";
+        if (!r.Byte(&reason)) return Error{"cut short"};
         if (reason > static_cast<uint8_t>(BillingJournal::CloseReason::kRefused)) {
-          return "closes with unknown reason " + std::to_string(reason);
+          return Error{"closes with unknown reason " + std::to_string(reason)};
         }
-        if (!is_open) return "closes debt " + std::to_string(number) + ", which is not open";
+        if (!is_open) return Error{"closes debt " + std::to_string(number) + ", which is not open"};
         debts_[it->second].units = 0;
         open_.erase(it);
         break;
       }
       default:
-        return "unknown record type " + std::to_string(type);
+        return Error{"unknown record type " + std::to_string(type)};
     }
-    if (r.left() != 0) return std::to_string(r.left()) + " bytes left over after the record";
-    return std::nullopt;
+    if (r.left() != 0) return Error{std::to_string(r.left()) + " bytes left over after the record"};
+    return Status::Ok();
   }
 
   std::vector<JournalDebt> Unpaid() && {
@@ -290,9 +292,9 @@ Result<Parsed> Parse(std::string_view file, const std::string& path) {
       return error(where + "checksum mismatch (" + std::to_string(rest.size() - size) +
                    " bytes follow it)");
     }
-    if (std::optional<std::string> bad =
-            replayer.Apply(rest.substr(kRecordHeaderBytes, size - kRecordHeaderBytes))) {
-      return error(where + *bad);
+    if (Status applied = replayer.Apply(rest.substr(kRecordHeaderBytes, size - kRecordHeaderBytes));
+        !applied.ok()) {
+      return error(where + applied.error());
     }
     at += size;
   }
@@ -387,13 +389,6 @@ BillingJournal::~BillingJournal() {
 void BillingJournal::Fail(const std::string& what) {
   errors_.fetch_add(1, std::memory_order_relaxed);
   std::fprintf(stderr, "limiter client: billing journal %s: %s\n", path_.c_str(), what.c_str());
-  std::lock_guard<std::mutex> lock(error_mu_);
-  last_error_ = what;
-}
-
-std::string BillingJournal::last_error() const {
-  std::lock_guard<std::mutex> lock(error_mu_);
-  return last_error_;
 }
 
 void BillingJournal::Append(const char* data, size_t size, uint64_t number,
@@ -467,11 +462,11 @@ bool BillingJournal::BeginRewrite(Image image) {
   return true;
 }
 
-bool BillingJournal::FinishRewrite() {
+Status BillingJournal::FinishRewrite() {
   std::string content = Header();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!rewriting_) return false;
+    if (!rewriting_) return Error{"rewrite: none was begun"};
     content += image_;
     std::string().swap(image_);
   }
@@ -486,7 +481,7 @@ bool BillingJournal::FinishRewrite() {
     std::string().swap(captured_);
     next_rewrite_try_ms_ = SteadyMs() + 1000;
     Fail("rewrite: " + why);
-    return false;
+    return Status(Error{"rewrite: " + why});
   };
   Result<int> made = journal_files::WriteNewFile(tmp, content);
   if (!made) return abandon(-1, made.error());
@@ -519,7 +514,7 @@ bool BillingJournal::FinishRewrite() {
     Fail(Errno("fsync of the directory after a rewrite"));
   }
   rewrites_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return Status::Ok();
 }
 
 void BillingJournal::SyncNow() {

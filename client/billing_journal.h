@@ -110,7 +110,8 @@ class BillingJournal {
   // A rewrite, in two steps so that the debts' owner holds its lock for the first only.
   // Under the lock that orders the appends: the image of every live debt; appends from then
   // on also go to the new file. Then, without that lock, FinishRewrite writes the new file
-  // and switches to it. False: another rewrite is under way (Begin) or it failed (Finish).
+  // and switches to it. Begin is false when another rewrite is under way; Finish says why it
+  // failed (counted and logged too).
   class Image {
    public:
     void Add(uint64_t number, std::string_view policy, std::string_view key,
@@ -122,7 +123,7 @@ class BillingJournal {
     std::vector<std::pair<uint64_t, uint32_t>> sizes_;  // number, bytes of its record
   };
   bool BeginRewrite(Image image);
-  bool FinishRewrite();
+  Status FinishRewrite();
 
   // Starts the background thread (when options.background): it syncs, and calls `compact`
   // (which calls BeginRewrite, then FinishRewrite) when a rewrite is due. Once.
@@ -135,7 +136,6 @@ class BillingJournal {
   uint64_t file_bytes() const;
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
   uint64_t rewrites() const { return rewrites_.load(std::memory_order_relaxed); }
-  std::string last_error() const;
 
  private:
   BillingJournal(std::string path, std::string file_path, BillingJournalOptions options, int fd,
@@ -149,8 +149,6 @@ class BillingJournal {
   const std::string file_path_;  // the file it names (symlinks resolved at Open): rewrites
   const BillingJournalOptions options_;
   std::atomic<uint64_t> errors_{0}, rewrites_{0};
-  mutable std::mutex error_mu_;
-  std::string last_error_;  // guarded by error_mu_
 
   mutable std::mutex mu_;
   int fd_;                 // guarded by mu_; switched by Finish; holds the flock

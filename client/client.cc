@@ -59,7 +59,7 @@ class RealClient final : public Client {
     core_.DecideAsync(request, std::move(done));
   }
   Counters counters() const override { return core_.counters(); }
-  std::optional<std::string> RestoreBillingDebts(BillingJournal::Replay replay) {
+  Status RestoreBillingDebts(BillingJournal::Replay replay) {
     return core_.RestoreBillingDebts(std::move(replay));
   }
   void ReturnLeases() override {
@@ -130,8 +130,8 @@ std::unique_ptr<Client> Client::Create(const Options& options, std::string* erro
   auto client = std::make_unique<RealClient>(std::move(policies).value(), std::move(members),
                                              options, std::move(access).value());
   if (replay) {
-    if (std::optional<std::string> e = client->RestoreBillingDebts(std::move(*replay))) {
-      return fail(std::move(*e));
+    if (Status s = client->RestoreBillingDebts(std::move(*replay)); !s.ok()) {
+      return fail(s.error());
     }
   }
   return client;

@@ -75,8 +75,8 @@ ClientDecision ClientCore::Decide(const client::Request& req) {
 
 void ClientCore::DecideAsync(const client::Request& req, Done done) {
   ResolvedRequest r;
-  if (auto error = resolver_.Resolve(req, r)) {
-    return Answer(resolver_.Denied(r, std::move(*error)), done);
+  if (Status s = resolver_.Resolve(req, r); !s.ok()) {
+    return Answer(resolver_.Denied(r, s.error()), done);
   }
   if (r.never) return Answer(resolver_.Never(r), done);
   const int64_t now_us = scheduler_.NowUs();
@@ -632,18 +632,18 @@ void ClientCore::Reconcile(const std::string& address) {
   }
 }
 
-std::optional<std::string> ClientCore::RestoreBillingDebts(BillingJournal::Replay replay) {
-  std::optional<std::string> error = fallbacks_.RestoreDebts(
+Status ClientCore::RestoreBillingDebts(BillingJournal::Replay replay) {
+  Status restored = fallbacks_.RestoreDebts(
       std::move(replay), [this](const Policy& p, std::string_view key, std::string_view tenant) {
         return OwnerFor(p, key, tenant, {});
       });
-  if (error) return error;
+  if (!restored.ok()) return restored;
   // Paid as after an owner's return: a few calls at a time; one that is down is probed, and
   // paid when it answers.
   scheduler_.Post([this, owners = fallbacks_.Creditors()] {
     for (const std::string& owner : owners) Reconcile(owner);
   });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // ----- membership, counters, returns -----

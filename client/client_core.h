@@ -101,7 +101,7 @@ class ClientCore {
   // Billing debts read back from a journal (billing_journal.h): restored (Fallbacks) and paid
   // to the owners of their keys under this client's ring. Before the first request. An
   // error: the journal could not be rewritten.
-  std::optional<std::string> RestoreBillingDebts(BillingJournal::Replay replay);
+  Status RestoreBillingDebts(BillingJournal::Replay replay);
 
   // RETURNs every unspent leased unit; `done` runs on the scheduler's thread when every
   // RETURN has been answered or has missed its deadline.

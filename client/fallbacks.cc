@@ -35,7 +35,7 @@ Fallbacks::Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry
     Rate share = p.rate;
     if (!p.fallback.allow_overshoot && n > 1) {
       const int64_t burst = std::max<int64_t>(1, p.rate.burst() / n);
-      if (!Rate::Invalid(p.rate.limit(), p.rate.window_ms() * n, burst)) {
+      if (Rate::Validate(p.rate.limit(), p.rate.window_ms() * n, burst).ok()) {
         share = Rate(p.rate.limit(), p.rate.window_ms() * n, burst);
       } else {
         share = Rate(std::max<int64_t>(1, p.rate.limit() / n), p.rate.window_ms(), burst);
@@ -309,8 +309,7 @@ bool Fallbacks::SettleDebt(const KeyId& id, int64_t paid, bool refused, int64_t 
   return true;
 }
 
-std::optional<std::string> Fallbacks::RestoreDebts(BillingJournal::Replay replay,
-                                                   const OwnerOf& owner_of) {
+Status Fallbacks::RestoreDebts(BillingJournal::Replay replay, const OwnerOf& owner_of) {
   journal_ = std::move(replay.journal);
   const std::string where = "billing journal " + journal_->path() + ": ";
   if (!replay.torn.empty()) Log(where + replay.torn);
@@ -320,7 +319,7 @@ std::optional<std::string> Fallbacks::RestoreDebts(BillingJournal::Replay replay
     std::lock_guard<std::mutex> lock(debts_mu_);
     for (JournalDebt& j : replay.debts) {
       const Policy* p = policies_.Find(j.policy);
-      if (p == nullptr || protocol::MissingTenantError(*p, j.tenant)) {
+      if (p == nullptr || !protocol::MissingTenantError(*p, j.tenant).ok()) {
         const std::string why =
             p == nullptr ? "policy '" + j.policy + "' is no longer in " + policies_.source()
                          : "policy '" + j.policy + "' now needs a tenant, which they do not name";
@@ -370,9 +369,11 @@ std::optional<std::string> Fallbacks::RestoreDebts(BillingJournal::Replay replay
         std::to_string(kept.second) + " units) to pay back");
   }
   // The file from now on: exactly the debts kept, under the numbers they have here.
-  if (!CompactJournal()) return where + "could not be rewritten: " + journal_->last_error();
-  journal_->Start([this] { CompactJournal(); });
-  return std::nullopt;
+  if (Status s = CompactJournal(); !s.ok()) {
+    return Error{where + "could not be rewritten: " + s.error()};
+  }
+  journal_->Start([this] { (void)CompactJournal(); });  // a failure is counted and logged
+  return Status::Ok();
 }
 
 std::vector<std::string> Fallbacks::Creditors() const {
@@ -384,8 +385,8 @@ std::vector<std::string> Fallbacks::Creditors() const {
   return {owners.begin(), owners.end()};
 }
 
-bool Fallbacks::CompactJournal() {
-  if (!journal_) return true;
+Status Fallbacks::CompactJournal() {
+  if (!journal_) return Status::Ok();
   {
     std::lock_guard<std::mutex> lock(debts_mu_);
     BillingJournal::Image image;
@@ -393,7 +394,9 @@ bool Fallbacks::CompactJournal() {
       image.Add(debt.number, policies_.policies()[static_cast<size_t>(debt.policy)].name, debt.key,
                 debt.tenant, debt.units);
     }
-    if (!journal_->BeginRewrite(std::move(image))) return false;
+    if (!journal_->BeginRewrite(std::move(image))) {
+      return Error{"rewrite: another rewrite is under way"};
+    }
   }
   return journal_->FinishRewrite();
 }

@@ -77,13 +77,13 @@ class Fallbacks {
   // request. An error: the journal could not be rewritten.
   using OwnerOf =
       std::function<std::string(const Policy&, std::string_view key, std::string_view tenant)>;
-  std::optional<std::string> RestoreDebts(BillingJournal::Replay replay, const OwnerOf& owner_of);
+  Status RestoreDebts(BillingJournal::Replay replay, const OwnerOf& owner_of);
   // The owners that are owed something.
   std::vector<std::string> Creditors() const;
   // Rewrites the journal to the debts owed now (nothing without a journal). Holds the debts'
-  // lock while it encodes them, not while it writes. False when it failed (counted, logged)
+  // lock while it encodes them, not while it writes. An error: it failed (counted, logged),
   // or another rewrite is under way.
-  bool CompactJournal();
+  Status CompactJournal();
   void AddCounters(client::Counters& c) const;
 
  private:

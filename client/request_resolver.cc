@@ -12,21 +12,20 @@ RequestResolver::RequestResolver(const PolicySet& policies) : policies_(policies
   }
 }
 
-std::optional<std::string> RequestResolver::Resolve(const client::Request& req,
-                                                    ResolvedRequest& r) const {
+Status RequestResolver::Resolve(const client::Request& req, ResolvedRequest& r) const {
   const auto it = policy_index_.find(req.policy);
   if (it == policy_index_.end()) {
-    return "no policy named '" + std::string(req.policy.substr(0, kMaxNameBytes)) + "'";
+    return Error{"no policy named '" + std::string(req.policy.substr(0, kMaxNameBytes)) + "'"};
   }
   r.index = it->second;
   r.policy = &policies_.policies()[static_cast<size_t>(r.index)];
   const Policy& p = *r.policy;
-  if (auto e = protocol::KeyError(req.key, "the key")) return e;
-  if (auto e = protocol::TenantError(req.tenant)) return e;
-  if (auto e = protocol::MissingTenantError(p, req.tenant)) return e;
-  if (auto e = protocol::OperationError(req.operation)) return e;
+  if (Status s = protocol::KeyError(req.key, "the key"); !s.ok()) return s;
+  if (Status s = protocol::TenantError(req.tenant); !s.ok()) return s;
+  if (Status s = protocol::MissingTenantError(p, req.tenant); !s.ok()) return s;
+  if (Status s = protocol::OperationError(req.operation); !s.ok()) return s;
   if (req.operation.empty()) {
-    if (auto e = protocol::CostError(req.cost)) return e;
+    if (Status s = protocol::CostError(req.cost); !s.ok()) return s;
   }
   r.key = req.key;
   r.tenant = req.tenant;
@@ -43,7 +42,7 @@ std::optional<std::string> RequestResolver::Resolve(const client::Request& req,
     }
   }
   r.id = protocol::LimitId(p, r.key, r.tenant);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 client::Decision RequestResolver::Denied(const ResolvedRequest& r, std::string error) const {

@@ -4,7 +4,6 @@
 // construction; any thread.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,8 +20,9 @@ class RequestResolver {
   // `policies` must outlive the resolver.
   explicit RequestResolver(const PolicySet& policies);
 
-  // Fills `r` (borrowing the request's strings), or the error the request is denied with.
-  std::optional<std::string> Resolve(const client::Request& req, ResolvedRequest& r) const;
+  // Fills `r` (borrowing the request's strings), or says why the request is denied. `r` is
+  // filled in part even then: Denied names the policy it found.
+  Status Resolve(const client::Request& req, ResolvedRequest& r) const;
 
   client::Decision Denied(const ResolvedRequest& r, std::string error) const;
   // Costs more than some limit of its chain can ever hold.

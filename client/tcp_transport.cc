@@ -199,11 +199,11 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
   // A reply that belongs to the handshake: the challenge (then the proof goes out ahead of
   // every queued frame), or the node's proof. False when the connection had to close.
   bool Handshake(const wire::Reply& reply) {
-    std::optional<std::string> error;
+    Status status;
     if (state_ == State::kHandshake) {
       RequestBuilder b;
-      error = handshake_->BuildProofHello(reply, b, kClientName);
-      if (!error) {
+      status = handshake_->BuildProofHello(reply, b, kClientName);
+      if (status.ok()) {
         std::vector<uint8_t> proof;
         AppendFrame(proof, b.Finish());
         pending_out_.insert(pending_out_.begin(), proof.begin(), proof.end());
@@ -211,11 +211,11 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
         awaiting_proof_ = true;
       }
     } else {
-      error = handshake_->CheckNode(reply);
+      status = handshake_->CheckNode(reply);
       awaiting_proof_ = false;
     }
-    if (error) {
-      Close(*error);
+    if (!status.ok()) {
+      Close(status.error());
       return false;
     }
     Write();

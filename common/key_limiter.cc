@@ -26,12 +26,13 @@ using Algo = typename AlgoOf<std::decay_t<S>>::type;
 
 }  // namespace
 
-std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate) {
+Status SupportsRate(Algorithm algorithm, const Rate& rate) {
   if (algorithm == Algorithm::kSlidingWindow && rate.limit() > SlidingWindow::kMaxLimit) {
-    return "sliding_window supports limits up to " + std::to_string(SlidingWindow::kMaxLimit) +
-           ", got " + std::to_string(rate.limit());
+    return Error{"sliding_window supports limits up to " +
+                 std::to_string(SlidingWindow::kMaxLimit) + ", got " +
+                 std::to_string(rate.limit())};
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 KeyLimiter::KeyLimiter(Algorithm algorithm) {

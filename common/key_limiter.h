@@ -23,8 +23,8 @@ int64_t ChargeScale(Algorithm algorithm, const Rate& rate);
 // algorithm's burst, a window algorithm's limit.
 int64_t FullAllowance(Algorithm algorithm, const Rate& rate);
 
-// Why `algorithm` cannot run at `rate` although the Rate itself is valid, or nullopt.
-std::optional<std::string> UnsupportedRate(Algorithm algorithm, const Rate& rate);
+// Ok when `algorithm` can run at `rate`, else why it cannot although the Rate itself is valid.
+Status SupportsRate(Algorithm algorithm, const Rate& rate);
 
 class KeyLimiter {
  public:

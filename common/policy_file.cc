@@ -108,7 +108,9 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   p.calendar = ParseCalendar(fields, node, p.algorithm);
   p.rate = ParseRate(fields, node, "", bucket,
                      p.calendar ? std::optional(p.calendar->nominal_window_ms()) : std::nullopt);
-  if (auto why = UnsupportedRate(p.algorithm, p.rate)) r_.Fail(require("limit").value, "limit", *why);
+  if (Status s = SupportsRate(p.algorithm, p.rate); !s.ok()) {
+    r_.Fail(require("limit").value, "limit", s.error());
+  }
 
   const Field& cls = require("class");
   const std::string cls_text = r_.Scalar(cls, "class");
@@ -183,7 +185,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
       p.scope = Scope::kRegion;
     } else if (text == "global") {
       p.scope = Scope::kGlobal;
-      if (auto error = GlobalScopeError(p.algorithm)) r_.Fail(f->value, "scope", *error);
+      if (Status s = GlobalScopeError(p.algorithm); !s.ok()) r_.Fail(f->value, "scope", s.error());
     } else {
       r_.Fail(f->value, "scope", "expected region or global, got '" + text + "'");
     }
@@ -258,7 +260,9 @@ Rate Loader::ParseRate(const std::map<std::string, Field>& fields, const YAML::N
     }
     burst = r_.PositiveInt(it->second, prefix + "burst");
   }
-  if (auto why = Rate::Invalid(limit, window, burst)) r_.Fail(limit_field.value, prefix + "limit", *why);
+  if (Status s = Rate::Validate(limit, window, burst); !s.ok()) {
+    r_.Fail(limit_field.value, prefix + "limit", s.error());
+  }
   return Rate(limit, window, burst);
 }
 

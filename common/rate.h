@@ -4,8 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
+
+#include "limiter/status.h"
 
 namespace limiter {
 
@@ -19,8 +20,8 @@ class Rate {
   static constexpr int64_t kMaxScaled = int64_t{1} << 60;
   static constexpr int64_t kMaxWindowMs = int64_t{400} * 24 * 3600 * 1000;  // 400 days
 
-  // Why these numbers cannot be a Rate, or nullopt when they can.
-  static std::optional<std::string> Invalid(int64_t limit, int64_t window_ms, int64_t burst);
+  // Ok when these numbers can be a Rate, else why they cannot.
+  static Status Validate(int64_t limit, int64_t window_ms, int64_t burst);
 
   // 1 per second, burst 1. Spelled out: default Rates are made per operation on the nodes'
   // hot path, where the validating constructor's checks would cost.
@@ -32,7 +33,7 @@ class Rate {
         refill_ms_(1000),
         interval_ms_(1000),
         interval_rem_(0) {}
-  // Precondition: Invalid(limit, window_ms, burst) is nullopt (checked with a crash otherwise).
+  // Precondition: Validate(limit, window_ms, burst) is ok (checked with a crash otherwise).
   Rate(int64_t limit, int64_t window_ms, int64_t burst);
 
   int64_t limit() const { return limit_; }          // L: cost units per window

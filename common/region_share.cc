@@ -5,11 +5,12 @@
 
 namespace limiter {
 
-std::optional<std::string> GlobalScopeError(Algorithm algorithm) {
-  if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) return std::nullopt;
-  return "scope: global takes token_bucket or gcra, not " + std::string(AlgorithmName(algorithm)) +
-         " (a window's count stays when the shares move within it, so the regions could admit "
-         "more than L in one window)";
+Status GlobalScopeError(Algorithm algorithm) {
+  if (algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra) return Status::Ok();
+  return Error{"scope: global takes token_bucket or gcra, not " +
+               std::string(AlgorithmName(algorithm)) +
+               " (a window's count stays when the shares move within it, so the regions could "
+               "admit more than L in one window)"};
 }
 
 int64_t ShareQuantum(Algorithm algorithm, const Rate& rate) {

@@ -26,7 +26,7 @@ namespace limiter {
 // store's expiry under the policy's own rate never drops a key before its share's rate would.
 // A window's count stays when the shares move within the window (so the regions together
 // could pass L in it); a sliding log is sized by L; a leaky bucket would expire early.
-std::optional<std::string> GlobalScopeError(Algorithm algorithm);
+Status GlobalScopeError(Algorithm algorithm);
 
 // The smallest nonzero share: a bucket algorithm needs B_r >= 1, so L_r >= ceil(L / B);
 // a window algorithm needs 1 unit.

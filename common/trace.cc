@@ -12,16 +12,15 @@ namespace {
 constexpr std::string_view kColumns[] = {"t_ms", "key", "cost", "label"};
 
 // Splits one CSV line into fields; a field may be "quoted" with "" for a quote inside.
-// Returns an error message, or empty on success.
-std::string SplitCsv(std::string_view line, std::vector<std::string>& fields) {
-  fields.clear();
+Result<std::vector<std::string>> SplitCsv(std::string_view line) {
+  std::vector<std::string> fields;
   size_t i = 0;
   while (true) {
     std::string field;
     if (i < line.size() && line[i] == '"') {
       ++i;
       while (true) {
-        if (i >= line.size()) return "unterminated quoted field";
+        if (i >= line.size()) return Error{"unterminated quoted field"};
         if (line[i] == '"') {
           if (i + 1 < line.size() && line[i + 1] == '"') {
             field += '"';
@@ -33,16 +32,16 @@ std::string SplitCsv(std::string_view line, std::vector<std::string>& fields) {
         }
         field += line[i++];
       }
-      if (i < line.size() && line[i] != ',') return "text after a closing quote";
+      if (i < line.size() && line[i] != ',') return Error{"text after a closing quote"};
     } else {
       const size_t end = line.find(',', i);
       const size_t stop = end == std::string_view::npos ? line.size() : end;
       field.assign(line.substr(i, stop - i));
-      if (field.find('"') != std::string::npos) return "a quote inside an unquoted field";
+      if (field.find('"') != std::string::npos) return Error{"a quote inside an unquoted field"};
       i = stop;
     }
     fields.push_back(std::move(field));
-    if (i >= line.size()) return "";
+    if (i >= line.size()) return fields;
     ++i;  // the comma
   }
 }
@@ -58,7 +57,6 @@ std::optional<int64_t> ParseInt(const std::string& text) {
 
 Result<std::vector<TraceRow>> ParseTrace(std::string_view text, const std::string& source) {
   std::vector<TraceRow> rows;
-  std::vector<std::string> fields;
   size_t columns = 0;  // from the header; 0 until it is read
   int line_no = 0;
   auto fail = [&](const std::string& what) {
@@ -73,7 +71,9 @@ Result<std::vector<TraceRow>> ParseTrace(std::string_view text, const std::strin
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
-    if (std::string err = SplitCsv(line, fields); !err.empty()) return fail(err);
+    Result<std::vector<std::string>> split = SplitCsv(line);
+    if (!split.ok()) return fail(split.error());
+    std::vector<std::string>& fields = *split;
 
     if (columns == 0) {
       bool ok = fields.size() >= 2 && fields.size() <= 4;

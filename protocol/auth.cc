@@ -258,13 +258,13 @@ SplitToken MakeSplitToken(std::string_view secret, std::string_view policy, std:
   return token;
 }
 
-std::string CheckSplitToken(const Secrets& secrets, Bytes token, std::string_view policy,
-                            std::string_view key, uint16_t k, uint32_t epoch, int64_t now_unix_ms,
-                            int64_t skew_ms) {
-  if (token.empty()) return "the op on a sub-bucket carries no split_token";
+Status CheckSplitToken(const Secrets& secrets, Bytes token, std::string_view policy,
+                       std::string_view key, uint16_t k, uint32_t epoch, int64_t now_unix_ms,
+                       int64_t skew_ms) {
+  if (token.empty()) return Error{"the op on a sub-bucket carries no split_token"};
   if (token.size() != kSplitTokenBytes) {
-    return "split_token is " + std::to_string(token.size()) + " bytes, not " +
-           std::to_string(kSplitTokenBytes);
+    return Error{"split_token is " + std::to_string(token.size()) + " bytes, not " +
+                 std::to_string(kSplitTokenBytes)};
   }
   uint64_t until = 0;
   for (int i = 7; i >= 0; --i) until = (until << 8) | token[static_cast<size_t>(i)];
@@ -274,9 +274,9 @@ std::string CheckSplitToken(const Secrets& secrets, Bytes token, std::string_vie
     const Mac mac = SplitMac(secret, policy, key, k, epoch, expires);
     valid |= EqualConstantTime(Bytes(mac.data(), kSplitTokenBytes - 8), token.subspan(8));
   }
-  if (!valid) return "split_token was not made for this split by a member of this cluster";
-  if (now_unix_ms - skew_ms > expires) return "split_token has lapsed; renew the split";
-  return {};
+  if (!valid) return Error{"split_token was not made for this split by a member of this cluster"};
+  if (now_unix_ms - skew_ms > expires) return Error{"split_token has lapsed; renew the split"};
+  return Status::Ok();
 }
 
 }  // namespace limiter::auth

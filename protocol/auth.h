@@ -116,10 +116,10 @@ uint64_t SecretTag(std::string_view secret);
 // `expires_unix_ms`.
 SplitToken MakeSplitToken(std::string_view secret, std::string_view policy, std::string_view key,
                           uint16_t k, uint32_t epoch, int64_t expires_unix_ms);
-// Empty when the token was made with one of `secrets` for exactly this split and has not
-// lapsed by `now_unix_ms - skew_ms`; else what is wrong with it.
-std::string CheckSplitToken(const Secrets& secrets, Bytes token, std::string_view policy,
-                            std::string_view key, uint16_t k, uint32_t epoch, int64_t now_unix_ms,
-                            int64_t skew_ms);
+// Ok when the token was made with one of `secrets` for exactly this split and has not lapsed
+// by `now_unix_ms - skew_ms`; else what is wrong with it.
+Status CheckSplitToken(const Secrets& secrets, Bytes token, std::string_view policy,
+                       std::string_view key, uint16_t k, uint32_t epoch, int64_t now_unix_ms,
+                       int64_t skew_ms);
 
 }  // namespace limiter::auth

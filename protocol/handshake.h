@@ -10,13 +10,12 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "protocol/auth.h"
 #include "limiter/status.h"
+#include "protocol/auth.h"
 
 namespace limiter {
 
@@ -39,10 +38,9 @@ class ClientHandshake {
   // Step 1 into `b` (cleared first).
   void BuildNonceHello(RequestBuilder& b, std::string_view client) const;
   // Step 3 into `b` (cleared first), from the reply to step 1; else why not.
-  std::optional<std::string> BuildProofHello(const wire::Reply& challenge, RequestBuilder& b,
-                                             std::string_view client);
-  // Step 4: empty when the reply's hello proves the node holds the secret.
-  std::optional<std::string> CheckNode(const wire::Reply& reply) const;
+  Status BuildProofHello(const wire::Reply& challenge, RequestBuilder& b, std::string_view client);
+  // Step 4: ok when the reply's hello proves the node holds the secret.
+  Status CheckNode(const wire::Reply& reply) const;
 
  private:
   std::string secret_;

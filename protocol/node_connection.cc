@@ -55,13 +55,19 @@ std::string TlsError(const std::string& what) {
   return what + ": " + text;
 }
 
-bool SplitAddress(const std::string& address, std::string& host, std::string& port) {
+struct HostAndPort {
+  std::string host;
+  std::string port;
+};
+
+Result<HostAndPort> SplitAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  host = address.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  port = address.substr(colon + 1);
-  return true;
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return Error{"expected HOST:PORT, got '" + address + "'"};
+  }
+  HostAndPort a{address.substr(0, colon), address.substr(colon + 1)};
+  if (a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+  return a;
 }
 
 }  // namespace
@@ -70,10 +76,9 @@ NodeConnection::NodeConnection(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 NodeConnection::~NodeConnection() = default;
 
 Result<int> ConnectTcp(const std::string& address, int timeout_ms) {
-  std::string host, port;
-  if (!SplitAddress(address, host, port)) {
-    return Error{"expected HOST:PORT, got '" + address + "'"};
-  }
+  const Result<HostAndPort> split = SplitAddress(address);
+  if (!split.ok()) return split.status();
+  const auto& [host, port] = *split;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -142,7 +147,7 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
     // A peer whose credential is its node certificate, at a node that asks for no secret:
     // it names itself in a hello, which the node answers at once.
     b.Hello("limiter", {}, {}, access.peer_name);
-    if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+    if (Status s = c->Send(b.Finish()); !s.ok()) return Error{address + ": " + s.error()};
     Result<const wire::Reply*> answered = c->Receive();
     if (!answered) return Error{address + ": " + answered.error()};
     if ((*answered)->error()) {
@@ -155,14 +160,14 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
                                                access.peer_name, address)
                     : ClientHandshake(access.secret, address);
   handshake.BuildNonceHello(b, "limiter");
-  if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+  if (Status s = c->Send(b.Finish()); !s.ok()) return Error{address + ": " + s.error()};
   Result<const wire::Reply*> challenge = c->Receive();
   if (!challenge) return Error{address + ": " + challenge.error()};
-  if (auto error = handshake.BuildProofHello(**challenge, b, "limiter")) return Error{*error};
-  if (auto error = c->Send(b.Finish())) return Error{address + ": " + *error};
+  if (Status s = handshake.BuildProofHello(**challenge, b, "limiter"); !s.ok()) return s;
+  if (Status s = c->Send(b.Finish()); !s.ok()) return Error{address + ": " + s.error()};
   Result<const wire::Reply*> proved = c->Receive();
   if (!proved) return Error{address + ": " + proved.error()};
-  if (auto error = handshake.CheckNode(**proved)) return Error{*error};
+  if (Status s = handshake.CheckNode(**proved); !s.ok()) return s;
   return c;
 }
 
@@ -175,29 +180,29 @@ int NodeConnection::TakeDescriptor() {
   return fd;
 }
 
-std::optional<std::string> NodeConnection::SendRaw(std::span<const uint8_t> bytes) {
+Status NodeConnection::SendRaw(std::span<const uint8_t> bytes) {
   size_t sent = 0;
   if (impl_->ssl != nullptr) {
     while (sent < bytes.size()) {
       const int n = SSL_write(impl_->ssl, bytes.data() + sent,
                               static_cast<int>(std::min<size_t>(bytes.size() - sent, 1 << 30)));
-      if (n <= 0) return TlsError("TLS send");
+      if (n <= 0) return Error{TlsError("TLS send")};
       sent += static_cast<size_t>(n);
     }
-    return std::nullopt;
+    return Status::Ok();
   }
   while (sent < bytes.size()) {
     const ssize_t n = ::send(impl_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno("send");
+      return Error{Errno("send")};
     }
     sent += static_cast<size_t>(n);
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> NodeConnection::Send(std::span<const uint8_t> body) {
+Status NodeConnection::Send(std::span<const uint8_t> body) {
   impl_->out.clear();
   AppendFrame(impl_->out, body);
   return SendRaw(impl_->out);

@@ -6,12 +6,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 
-#include "protocol/node_access.h"
 #include "limiter/status.h"
+#include "protocol/node_access.h"
 
 namespace limiter {
 
@@ -41,9 +40,9 @@ class NodeConnection {
   ~NodeConnection();
 
   // Sends one frame holding `body` (a Request, or any bytes in tests).
-  std::optional<std::string> Send(std::span<const uint8_t> body);
+  Status Send(std::span<const uint8_t> body);
   // Sends raw bytes, framing included; for tests of bad input.
-  std::optional<std::string> SendRaw(std::span<const uint8_t> bytes);
+  Status SendRaw(std::span<const uint8_t> bytes);
   // Reads one reply frame, verified. Valid until the next Receive.
   Result<const wire::Reply*> Receive();
   // True once the node has closed the connection (a read returned end of file).

@@ -69,10 +69,10 @@ KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epo
   return WithRingSlot(MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)}), slot);
 }
 
-std::optional<std::string> KeyError(std::string_view key, std::string_view where) {
-  if (key.empty()) return std::string(where) + " is empty";
-  if (key.size() > kMaxKeyBytes) return TooLong(where, key.size(), kMaxKeyBytes);
-  return std::nullopt;
+Status KeyError(std::string_view key, std::string_view where) {
+  if (key.empty()) return Error{std::string(where) + " is empty"};
+  if (key.size() > kMaxKeyBytes) return Error{TooLong(where, key.size(), kMaxKeyBytes)};
+  return Status::Ok();
 }
 
 std::string TooLong(std::string_view what, size_t bytes, size_t most) {
@@ -90,16 +90,16 @@ std::string MissingTenant(const Policy& policy) {
          "'; the request needs a tenant";
 }
 
-std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index) {
-  if (split_k == 0) return std::nullopt;
+Status SplitError(uint16_t split_k, uint16_t split_index) {
+  if (split_k == 0) return Status::Ok();
   if (split_k < 2 || split_k > 64 || (split_k & (split_k - 1)) != 0) {
-    return "split_k must be a power of two from 2 to 64, got " + std::to_string(split_k);
+    return Error{"split_k must be a power of two from 2 to 64, got " + std::to_string(split_k)};
   }
   if (split_index >= split_k) {
-    return "split_index " + std::to_string(split_index) + " is not below split_k " +
-           std::to_string(split_k);
+    return Error{"split_index " + std::to_string(split_index) + " is not below split_k " +
+                 std::to_string(split_k)};
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace limiter::protocol

@@ -10,14 +10,14 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 
-#include "protocol/key_id.h"
 #include "common/limits.h"
 #include "common/policy.h"
 #include "common/rate.h"
+#include "limiter/status.h"
+#include "protocol/key_id.h"
 
 namespace limiter::protocol {
 
@@ -48,31 +48,30 @@ KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epo
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index);
 
-// Bounds. Each returns the error a request gets (naming `where`: "limits[0].key", "the
-// key"), or nullopt; the checks are inline and the messages made only for bad requests.
+// Bounds. Each returns ok, or the error a request gets (naming `where`: "limits[0].key", "the
+// key"); the checks are inline and the messages made only for bad requests.
 inline bool KeyInBounds(std::string_view key) {
   return !key.empty() && key.size() <= kMaxKeyBytes;
 }
-std::optional<std::string> KeyError(std::string_view key, std::string_view where);
-inline std::optional<std::string> TenantError(std::string_view tenant) {
-  if (tenant.size() <= kMaxKeyBytes) return std::nullopt;
-  return TooLong("the tenant", tenant.size(), kMaxKeyBytes);
+Status KeyError(std::string_view key, std::string_view where);
+inline Status TenantError(std::string_view tenant) {
+  if (tenant.size() <= kMaxKeyBytes) return Status::Ok();
+  return Error{TooLong("the tenant", tenant.size(), kMaxKeyBytes)};
 }
 // A cost, units of a LEASE or RETURN: 1 to kMaxCost.
-inline std::optional<std::string> CostError(int64_t cost) {
-  if (cost >= 1 && cost <= kMaxCost) return std::nullopt;
-  return CostOutOfRange(cost);
+inline Status CostError(int64_t cost) {
+  if (cost >= 1 && cost <= kMaxCost) return Status::Ok();
+  return Error{CostOutOfRange(cost)};
 }
-inline std::optional<std::string> OperationError(std::string_view operation) {
-  if (operation.size() <= kMaxNameBytes) return std::nullopt;
-  return TooLong("the operation", operation.size(), kMaxNameBytes);
+inline Status OperationError(std::string_view operation) {
+  if (operation.size() <= kMaxNameBytes) return Status::Ok();
+  return Error{TooLong("the operation", operation.size(), kMaxNameBytes)};
 }
-std::optional<std::string> SplitError(uint16_t split_k, uint16_t split_index);
+Status SplitError(uint16_t split_k, uint16_t split_index);
 // A nested policy needs the request's tenant.
-inline std::optional<std::string> MissingTenantError(const Policy& policy,
-                                                     std::string_view tenant) {
-  if (policy.parent_index < 0 || !tenant.empty()) return std::nullopt;
-  return MissingTenant(policy);
+inline Status MissingTenantError(const Policy& policy, std::string_view tenant) {
+  if (policy.parent_index < 0 || !tenant.empty()) return Status::Ok();
+  return Error{MissingTenant(policy)};
 }
 
 }  // namespace limiter::protocol

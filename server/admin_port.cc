@@ -493,40 +493,40 @@ void AdminPort::Post(std::string path, AdminHandler handler) {
   impl_->routes[std::move(path)].post = std::move(handler);
 }
 
-std::optional<std::string> AdminPort::Start() {
+Status AdminPort::Start() {
   Impl& p = *impl_;
   const AdminPortOptions& o = p.options;
-  if (p.started.exchange(true)) return "admin port: started already";
-  if (p.stopping) return "admin port: stopped before it started";
-  const auto at_least = [](const char* name, int64_t value,
-                           int64_t least) -> std::optional<std::string> {
-    if (value >= least) return std::nullopt;
-    return "admin port: " + std::string(name) + " must be at least " + std::to_string(least) +
-           ", got " + std::to_string(value);
+  if (p.started.exchange(true)) return Error{"admin port: started already"};
+  if (p.stopping) return Error{"admin port: stopped before it started"};
+  const auto at_least = [](const char* name, int64_t value, int64_t least) -> Status {
+    if (value >= least) return Status::Ok();
+    return Error{"admin port: " + std::string(name) + " must be at least " + std::to_string(least) +
+                 ", got " + std::to_string(value)};
   };
-  for (auto error : {at_least("max_connections", o.max_connections, 1),
-                     at_least("max_per_source", o.max_per_source, 1),
-                     at_least("max_header_bytes", o.max_header_bytes, 256),
-                     at_least("max_body_bytes", o.max_body_bytes, 0),
-                     at_least("max_requests_per_connection", o.max_requests_per_connection, 1),
-                     at_least("request_timeout (ms)", o.request_timeout.count(), 1),
-                     at_least("idle_timeout (ms)", o.idle_timeout.count(), 1),
-                     at_least("write_timeout (ms)", o.write_timeout.count(), 1)}) {
-    if (error) return error;
+  for (const Status& checked :
+       {at_least("max_connections", o.max_connections, 1),
+        at_least("max_per_source", o.max_per_source, 1),
+        at_least("max_header_bytes", o.max_header_bytes, 256),
+        at_least("max_body_bytes", o.max_body_bytes, 0),
+        at_least("max_requests_per_connection", o.max_requests_per_connection, 1),
+        at_least("request_timeout (ms)", o.request_timeout.count(), 1),
+        at_least("idle_timeout (ms)", o.idle_timeout.count(), 1),
+        at_least("write_timeout (ms)", o.write_timeout.count(), 1)}) {
+    if (!checked.ok()) return checked;
   }
   if (o.max_header_bytes > (int64_t{1} << 30)) {
-    return "admin port: max_header_bytes must be at most 1 GiB, got " +
-           std::to_string(o.max_header_bytes);
+    return Error{"admin port: max_header_bytes must be at most 1 GiB, got " +
+                 std::to_string(o.max_header_bytes)};
   }
   const std::string where = "cannot listen on " + o.listen + " (admin port): ";
   const std::optional<HostPort> hp = ParseHostPort(o.listen);
-  if (!hp) return where + "expected HOST:PORT or [V6]:PORT";
+  if (!hp) return Error{where + "expected HOST:PORT or [V6]:PORT"};
   asio::error_code ec;
   tcp::resolver resolver(p.io);
   const auto found = resolver.resolve(hp->host, std::to_string(hp->port),
                                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec) return where + ec.message();
-  if (found.empty()) return where + "the host has no address";
+  if (ec) return Error{where + ec.message()};
+  if (found.empty()) return Error{where + "the host has no address"};
   const tcp::endpoint ep = found.begin()->endpoint();
   p.acceptor.open(ep.protocol(), ec);
   if (!ec) p.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -535,10 +535,10 @@ std::optional<std::string> AdminPort::Start() {
   if (ec) {
     asio::error_code ignored;
     p.acceptor.close(ignored);
-    return where + ec.message();
+    return Error{where + ec.message()};
   }
   const tcp::endpoint local = p.acceptor.local_endpoint(ec);
-  if (ec) return where + ec.message();
+  if (ec) return Error{where + ec.message()};
   p.bound = FormatEndpoint(local);
   p.Accept();
   p.thread = std::thread([&p] {
@@ -546,7 +546,7 @@ std::optional<std::string> AdminPort::Start() {
     p.io.run();
     p.thread_id = std::thread::id();  // ids of ended threads are reused
   });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void AdminPort::Stop() {

@@ -39,6 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "limiter/status.h"
+
 namespace limiter {
 
 struct AdminRequest {
@@ -99,10 +101,10 @@ class AdminPort {
   void Get(std::string path, AdminHandler handler);
   void Post(std::string path, AdminHandler handler);
 
-  // Checks the options, binds and starts serving on the port's thread. An error message
-  // ("cannot listen on X (admin port): ...", "admin port: max_connections must be ...") or
-  // nullopt. Once per port.
-  std::optional<std::string> Start();
+  // Checks the options, binds and starts serving on the port's thread; an error says why not
+  // ("cannot listen on X (admin port): ...", "admin port: max_connections must be ...").
+  // Once per port.
+  Status Start();
   // Closes the listener and every connection and, unless called from a handler, joins the
   // port's thread (a handler's Stop leaves that to the next Stop or the destructor).
   void Stop();

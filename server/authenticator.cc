@@ -191,19 +191,17 @@ std::optional<auth::SplitToken> Authenticator::SignSplit(std::string_view policy
 Authenticator::TokenCheck Authenticator::CheckSplitToken(std::span<const uint8_t> token,
                                                          std::string_view policy,
                                                          std::string_view key, uint16_t k,
-                                                         uint32_t epoch,
-                                                         std::string* why) const {
-  if (!requires_secret_) return TokenCheck::kValid;  // no secret: peers are trusted
+                                                         uint32_t epoch) const {
+  if (!requires_secret_) return {};  // no secret: peers are trusted
   const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
-  std::string error =
-      auth::CheckSplitToken(*secrets, token, policy, key, k, epoch, UnixMs(),
-                            options_.clock_skew_ms);
-  if (error.empty()) return TokenCheck::kValid;
+  TokenCheck check;
+  check.status = auth::CheckSplitToken(*secrets, token, policy, key, k, epoch, UnixMs(),
+                                       options_.clock_skew_ms);
+  if (check.status.ok()) return check;
   // A token a member made that was good at any time has lapsed: the gateway's view is out of
   // date. Any other is forged.
-  const bool lapsed = auth::CheckSplitToken(*secrets, token, policy, key, k, epoch, 0, 0).empty();
-  if (why != nullptr) *why = std::move(error);
-  return lapsed ? TokenCheck::kLapsed : TokenCheck::kForged;
+  check.lapsed = auth::CheckSplitToken(*secrets, token, policy, key, k, epoch, 0, 0).ok();
+  return check;
 }
 
 std::string Authenticator::current_secret() const {

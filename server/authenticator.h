@@ -106,11 +106,15 @@ class Authenticator {
   // valid for `valid_ms` from now; nullopt without a gateway secret (peers are trusted).
   std::optional<auth::SplitToken> SignSplit(std::string_view policy, std::string_view key,
                                             uint16_t k, uint32_t epoch, int64_t valid_ms) const;
-  // Checks a token from an op on a sub-bucket this node does not own the key of.
-  enum class TokenCheck { kValid, kLapsed, kForged };
+  // Checks a token from an op on a sub-bucket this node does not own the key of: ok, or
+  // why it is refused, and whether a member made it and it only lapsed (the gateway's view
+  // is out of date) rather than being forged.
+  struct TokenCheck {
+    Status status;
+    bool lapsed = false;
+  };
   TokenCheck CheckSplitToken(std::span<const uint8_t> token, std::string_view policy,
-                             std::string_view key, uint16_t k, uint32_t epoch,
-                             std::string* why) const;
+                             std::string_view key, uint16_t k, uint32_t epoch) const;
   // A split token is honoured this long past its time (0 without a secret).
   int64_t token_grace_ms() const { return requires_secret_ ? options_.clock_skew_ms : 0; }
 

@@ -214,25 +214,25 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   });
 }
 
-std::optional<std::string> CheckCredentials(const NodeConfig& config, const auth::Secrets& gateway,
-                                            const auth::Secrets& peer) {
+Status CheckCredentials(const NodeConfig& config, const auth::Secrets& gateway,
+                        const auth::Secrets& peer) {
   if (auth::Overlap(gateway, peer)) {
-    return std::string(
+    return Error{
         "the peer secret is also a gateway secret: every gateway holding it could act as a "
-        "node; give nodes a peer secret of their own (openssl rand -hex 32)");
+        "node; give nodes a peer secret of their own (openssl rand -hex 32)"};
   }
   const bool in_cluster = !config.node.members.empty() || !config.server.members_dns.empty() ||
                           !config.node.regions.region.empty();
   const bool authenticates_gateways = !gateway.empty() || !config.server.tls.ca_file.empty();
   const bool peer_credential = !peer.empty() || !config.server.tls.peer_ca_file.empty();
   if (in_cluster && authenticates_gateways && !peer_credential) {
-    return std::string(
+    return Error{
         "a node of a cluster that authenticates its gateways needs a peer credential, which "
         "only nodes hold: --peer-secret-file (peer_secret_file:, $LIMITER_PEER_SECRET_FILE) "
         "or a CA of node certificates (--tls-peer-ca, tls.peer_ca); without one every gateway "
-        "could change member lists, hand this node keys and report region demand");
+        "could change member lists, hand this node keys and report region demand"};
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 }  // namespace limiter

@@ -66,8 +66,8 @@
 #include <optional>
 #include <string>
 
-#include "protocol/auth.h"
 #include "limiter/status.h"
+#include "protocol/auth.h"
 #include "server/durable_store.h"
 #include "server/node.h"
 #include "server/server.h"
@@ -123,13 +123,13 @@ struct NodeConfig {
 // Errors name file:line:column and the field, like the policy file's.
 Result<NodeConfig> LoadNodeConfig(const std::string& path);
 
-// Why a node with these secrets (found from `config`'s files or the environment) must not
-// start, or nullopt. A peer secret that is also a gateway secret would make every gateway a
+// Ok, or why a node with these secrets (found from `config`'s files or the environment) must
+// not start. A peer secret that is also a gateway secret would make every gateway a
 // node; and a node of a cluster (members, members_dns or regions) that authenticates its
 // gateways (a gateway secret, client certificates) needs a peer credential of its own (a
 // peer secret, or tls.peer_ca), or every gateway could change member lists, hand it keys and
 // report region demand.
-std::optional<std::string> CheckCredentials(const NodeConfig& config, const auth::Secrets& gateway,
-                                            const auth::Secrets& peer);
+Status CheckCredentials(const NodeConfig& config, const auth::Secrets& gateway,
+                        const auth::Secrets& peer);
 
 }  // namespace limiter

@@ -117,47 +117,47 @@ void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state
   PutVarint(out, static_cast<uint64_t>(p.rate.burst()));
 }
 
-std::optional<std::string> Decode(std::string_view value, Record* r) {
+Result<Record> Decode(std::string_view value) {
+  Record r;
   Reader in(value);
   uint8_t algorithm = 0, kind = 0;
-  if (!in.Byte(r->version)) return "empty record";
-  if (r->version != kFormatVersion) {
-    return "record of format " + std::to_string(r->version) + ", this limiterd reads format " +
-           std::to_string(kFormatVersion);
+  if (!in.Byte(r.version)) return Error{"empty record"};
+  if (r.version != kFormatVersion) {
+    return Error{"record of format " + std::to_string(r.version) + ", this limiterd reads format " +
+                 std::to_string(kFormatVersion)};
   }
   if (!in.Byte(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
-      !in.Byte(r->flags) || !in.Byte(kind) || kind > DurableKeyName::kIdOnly ||
-      !in.Fixed64(r->written_wall_ms)) {
-    return "malformed record header";
+      !in.Byte(r.flags) || !in.Byte(kind) || kind > DurableKeyName::kIdOnly ||
+      !in.Fixed64(r.written_wall_ms)) {
+    return Error{"malformed record header"};
   }
-  r->algorithm = static_cast<Algorithm>(algorithm);
-  r->kind = static_cast<DurableKeyName::Kind>(kind);
+  r.algorithm = static_cast<Algorithm>(algorithm);
+  r.kind = static_cast<DurableKeyName::Kind>(kind);
   uint64_t n = 0;
-  if (!in.String(r->policy, kMaxNameBytes) || !in.String(r->key, kMaxKeyBytes) ||
-      !in.String(r->tenant, kMaxKeyBytes) || !in.Varint(n) || n > value.size()) {
-    return "malformed record names";
+  if (!in.String(r.policy, kMaxNameBytes) || !in.String(r.key, kMaxKeyBytes) ||
+      !in.String(r.tenant, kMaxKeyBytes) || !in.Varint(n) || n > value.size()) {
+    return Error{"malformed record names"};
   }
-  r->fields.resize(n);
-  for (int64_t& f : r->fields) {
+  r.fields.resize(n);
+  for (int64_t& f : r.fields) {
     uint64_t z = 0;
-    if (!in.Varint(z)) return "malformed record fields";
+    if (!in.Varint(z)) return Error{"malformed record fields"};
     f = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
   }
-  if (r->flags & kWithRate) {
+  if (r.flags & kWithRate) {
     uint64_t limit = 0, window = 0, burst = 0;
     if (!in.Varint(limit) || !in.Varint(window) || !in.Varint(burst) ||
         limit > static_cast<uint64_t>(INT64_MAX) || window > static_cast<uint64_t>(INT64_MAX) ||
-        burst > static_cast<uint64_t>(INT64_MAX) ||
-        Rate::Invalid(static_cast<int64_t>(limit), static_cast<int64_t>(window),
-                      static_cast<int64_t>(burst))) {
-      return "malformed record rate";
+        burst > static_cast<uint64_t>(INT64_MAX)) {
+      return Error{"malformed record rate"};
     }
-    r->limit = static_cast<int64_t>(limit);
-    r->window_ms = static_cast<int64_t>(window);
-    r->burst = static_cast<int64_t>(burst);
+    r.limit = static_cast<int64_t>(limit);
+    r.window_ms = static_cast<int64_t>(window);
+    r.burst = static_cast<int64_t>(burst);
+    if (!Rate::Validate(r.limit, r.window_ms, r.burst).ok()) return Error{"malformed record rate"};
   }
-  if (!in.done()) return "trailing bytes in record";
-  return std::nullopt;
+  if (!in.done()) return Error{"trailing bytes in record"};
+  return r;
 }
 
 Result<std::optional<KeyLimiter>> Import(const Policy& p, const Record& r, int64_t now_ms,

@@ -19,10 +19,10 @@
 #include <string_view>
 #include <vector>
 
-#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "limiter/status.h"
+#include "protocol/key_id.h"
 
 namespace limiter {
 
@@ -60,8 +60,9 @@ std::optional<KeyId> IdOfRecordKey(std::string_view key);
 // wall_ms on the wall clock, into out.
 void Encode(const Policy& p, const DurableKeyName& name, const KeyLimiter& state, int64_t now_ms,
             int64_t wall_ms, std::string& out);
-// Why the bytes are not a record of this format, or nullopt (then *r is filled). Any input.
-std::optional<std::string> Decode(std::string_view value, Record* r);
+// The record (its names point into `value`), or why the bytes are not a record of this format.
+// Any input.
+Result<Record> Decode(std::string_view value);
 // The record's state on the policy's clock reading now_ms, the wall clock reading wall_ms:
 // nullopt when it is fresh by now. Written under another rate (a limit or burst lowered or
 // raised across a restart), the state is converted to the policy's rate and never decides

@@ -133,8 +133,9 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
   bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*,
               bool*) const override {
     if (key.size() != 17 || key[0] != durable::kRecordPrefix) return false;
-    durable::Record r;
-    if (durable::Decode(value.ToStringView(), &r)) return false;  // kept: Read reports it
+    const Result<durable::Record> decoded = durable::Decode(value.ToStringView());
+    if (!decoded.ok()) return false;  // kept: Read reports it
+    const durable::Record& r = *decoded;
     const Policy* p = shared_.Find(r.policy);
     if (p == nullptr || p->algorithm != r.algorithm) {
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -178,10 +179,10 @@ class RocksStore final : public DurableStore {
     }
   }
 
-  std::optional<std::string> Start() {
+  Status Start() {
     std::error_code ec;
     std::filesystem::create_directories(options_.data_dir, ec);
-    if (ec) return "cannot make the directory: " + ec.message();
+    if (ec) return Error{"cannot make the directory: " + ec.message()};
     rocksdb::Options o;
     o.create_if_missing = true;
     o.paranoid_checks = true;
@@ -194,12 +195,12 @@ class RocksStore final : public DurableStore {
     o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     rocksdb::DB* db = nullptr;
     rocksdb::Status s = rocksdb::DB::Open(o, options_.data_dir, &db);
-    if (!s.ok()) return "cannot open its database: " + s.ToString();
+    if (!s.ok()) return Error{"cannot open its database: " + s.ToString()};
     db_.reset(db);
-    if (auto error = CheckFormat()) return error;
-    if (auto error = CheckSeed()) return error;
+    if (Status checked = CheckFormat(); !checked.ok()) return checked;
+    if (Status checked = CheckSeed(); !checked.ok()) return checked;
     committer_ = std::thread([this] { Commit(); });
-    return std::nullopt;
+    return Status::Ok();
   }
 
   Result<std::optional<KeyLimiter>> Read(int policy, const KeyId& id, int64_t now_ms) override {
@@ -209,10 +210,11 @@ class RocksStore final : public DurableStore {
     if (s.IsNotFound()) return std::optional<KeyLimiter>();
     const Policy& p = shared_.policies.policies()[static_cast<size_t>(policy)];
     if (!s.ok()) return Fail("reading a key of policy '" + p.name + "': " + s.ToString());
-    durable::Record r;
-    if (auto error = durable::Decode(value, &r)) {
-      return Fail("a record of policy '" + p.name + "' cannot be read: " + *error);
+    const Result<durable::Record> decoded = durable::Decode(value);
+    if (!decoded.ok()) {
+      return Fail("a record of policy '" + p.name + "' cannot be read: " + decoded.error());
     }
+    const durable::Record& r = *decoded;
     if (r.policy != p.name || r.algorithm != p.algorithm) {
       // The policy file changed what the key means: its state does not carry over.
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -248,8 +250,9 @@ class RocksStore final : public DurableStore {
          it->Valid() && it->key()[0] == durable::kRecordPrefix; it->Next()) {
       const std::optional<KeyId> id = durable::IdOfRecordKey(it->key().ToStringView());
       if (!id || !pick(*id)) continue;
-      durable::Record r;
-      if (durable::Decode(it->value().ToStringView(), &r)) continue;
+      const Result<durable::Record> decoded = durable::Decode(it->value().ToStringView());
+      if (!decoded.ok()) continue;
+      const durable::Record& r = *decoded;
       const auto found = shared_.index.find(r.policy);
       if (found == shared_.index.end()) continue;
       const Policy& p = shared_.policies.policies()[static_cast<size_t>(found->second)];
@@ -311,11 +314,11 @@ class RocksStore final : public DurableStore {
     }
   }
 
-  std::optional<std::string> Unavailable() const override {
-    if (!failing_.load(std::memory_order_acquire)) return std::nullopt;
+  Status Writable() const override {
+    if (!failing_.load(std::memory_order_acquire)) return Status::Ok();
     MutexLock lock(mu_);
-    return "durable store '" + options_.data_dir + "' cannot write (" + failure_ +
-           "); durable keys are refused until it can again";
+    return Error{"durable store '" + options_.data_dir + "' cannot write (" + failure_ +
+                 "); durable keys are refused until it can again"};
   }
 
   DurabilityMode mode() const override { return options_.mode; }
@@ -415,45 +418,50 @@ class RocksStore final : public DurableStore {
     return n;
   }
 
-  std::optional<std::string> CheckFormat() {
+  Status CheckFormat() {
     std::string value;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFormatKey, &value);
     if (s.ok()) {
       if (value != std::to_string(kFormatVersion)) {
-        return "written in format " + value + " by another limiterd version; this one reads "
-               "format " + std::to_string(kFormatVersion);
+        return Error{"written in format " + value +
+                     " by another limiterd version; this one reads format " +
+                     std::to_string(kFormatVersion)};
       }
-      return std::nullopt;
+      return Status::Ok();
     }
-    if (!s.IsNotFound()) return "cannot read its format: " + s.ToString();
+    if (!s.IsNotFound()) return Error{"cannot read its format: " + s.ToString()};
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     it->SeekToFirst();
-    if (it->Valid()) return "holds a database that limiterd did not write (it has no format record)";
+    if (it->Valid()) {
+      return Error{"holds a database that limiterd did not write (it has no format record)"};
+    }
     rocksdb::WriteOptions w;
     w.sync = true;
     s = db_->Put(w, kFormatKey, std::to_string(kFormatVersion));
-    if (!s.ok()) return "cannot write its format: " + s.ToString();
-    return std::nullopt;
+    if (!s.ok()) return Error{"cannot write its format: " + s.ToString()};
+    return Status::Ok();
   }
 
   // Records made under another key-id seed (the cluster secret changed) move to this one's
   // ids, found again from their strings.
-  std::optional<std::string> CheckSeed() {
+  Status CheckSeed() {
     const std::string seed = Hex(KeyIdSeedDigest());
     std::string value;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kSeedKey, &value);
-    if (!s.ok() && !s.IsNotFound()) return "cannot read its key-id seed: " + s.ToString();
-    if (s.ok() && value == seed) return std::nullopt;
+    if (!s.ok() && !s.IsNotFound()) return Error{"cannot read its key-id seed: " + s.ToString()};
+    if (s.ok() && value == seed) return Status::Ok();
     rocksdb::WriteBatch batch;
     int64_t moved = 0, dropped = 0;
     if (s.ok()) {
       std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
       for (it->Seek(std::string(1, durable::kRecordPrefix)); it->Valid() && it->key()[0] == durable::kRecordPrefix;
            it->Next()) {
-        durable::Record r;
-        if (auto error = durable::Decode(it->value().ToStringView(), &r)) {
-          return "a record cannot be read while moving to a new key-id seed: " + *error;
+        const Result<durable::Record> decoded = durable::Decode(it->value().ToStringView());
+        if (!decoded.ok()) {
+          return Error{"a record cannot be read while moving to a new key-id seed: " +
+                       decoded.error()};
         }
+        const durable::Record& r = *decoded;
         const Policy* p = shared_.Find(r.policy);
         batch.Delete(it->key());
         if (p == nullptr || r.kind == DurableKeyName::kIdOnly) {
@@ -465,7 +473,7 @@ class RocksStore final : public DurableStore {
         batch.Put(durable::RecordKey(id), it->value());
         ++moved;
       }
-      if (!it->status().ok()) return "cannot read its records: " + it->status().ToString();
+      if (!it->status().ok()) return Error{"cannot read its records: " + it->status().ToString()};
       std::cerr << "limiterd: data dir '" << options_.data_dir
                 << "' was written under another key-id seed (the cluster secret changed): "
                 << moved << " records moved to the new ids, " << dropped
@@ -476,8 +484,8 @@ class RocksStore final : public DurableStore {
     rocksdb::WriteOptions w;
     w.sync = true;
     s = db_->Write(w, &batch);
-    if (!s.ok()) return "cannot write its key-id seed: " + s.ToString();
-    return std::nullopt;
+    if (!s.ok()) return Error{"cannot write its key-id seed: " + s.ToString()};
+    return Status::Ok();
   }
 
   // Marks the store failing (or not), with why; logged when it changes.
@@ -697,8 +705,8 @@ Result<std::unique_ptr<DurableStore>> DurableStore::Open(const PolicySet& polici
   const std::string dir = options.data_dir;
   if (dir.empty()) return Error{"no data dir given"};
   auto store = std::make_unique<RocksStore>(policies, clock, std::move(options));
-  if (std::optional<std::string> error = store->Start()) {
-    return Error{"data dir '" + dir + "': " + *error};
+  if (Status started = store->Start(); !started.ok()) {
+    return Error{"data dir '" + dir + "': " + started.error()};
   }
   return std::unique_ptr<DurableStore>(std::move(store));
 }

@@ -55,10 +55,10 @@
 #include <string_view>
 
 #include "common/clock.h"
-#include "protocol/key_id.h"
 #include "common/key_limiter.h"
 #include "common/policy.h"
 #include "limiter/status.h"
+#include "protocol/key_id.h"
 #include "server/durable_record.h"
 
 namespace limiter {
@@ -117,10 +117,10 @@ class DurableStore {
   // Writes and syncs everything queued, and returns when it is finished (durable, or given
   // up on a failing disk), or after a deadline of 10 s: a stop never hangs on the disk.
   virtual void Flush() = 0;
-  // Why ops on durable keys must be refused now (StoreError), or nullopt: the last write
-  // failed (a full disk, an I/O error) and the database has not resumed since. The store
-  // tries to resume by itself (RocksDB's DB::Resume) every 100 ms while failing.
-  virtual std::optional<std::string> Unavailable() const = 0;
+  // Ok, or why ops on durable keys must be refused now (StoreError): the last write failed (a
+  // full disk, an I/O error) and the database has not resumed since. The store tries to
+  // resume by itself (RocksDB's DB::Resume) every 100 ms while failing.
+  virtual Status Writable() const = 0;
 
   virtual DurabilityMode mode() const = 0;
   virtual const std::string& data_dir() const = 0;

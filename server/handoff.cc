@@ -304,7 +304,7 @@ std::variant<Handoff::Received, Handoff::Refused> Handoff::Receive(const wire::H
     for (const wire::SplitRecord* s : *splits) {
       const KeyId id{s->id_lo(), s->id_hi()};
       if (s->policy() >= policies.size() || s->key() == nullptr || s->key()->size() == 0 ||
-          s->key()->size() > kMaxKeyBytes || protocol::SplitError(s->k(), 0) ||
+          s->key()->size() > kMaxKeyBytes || !protocol::SplitError(s->k(), 0).ok() ||
           !ownership_.MayHand(from, RingSlotOf(id), known)) {
         continue;
       }

@@ -39,8 +39,8 @@ Status KeyTransaction::Load() {
     if (s_.policies.durable(e.policy)) {
       // A durable key whose change cannot be written now (a full disk) is refused at once.
       Result<std::optional<KeyLimiter>> stored = std::optional<KeyLimiter>();
-      if (std::optional<std::string> down = s_.durable->Unavailable()) {
-        stored = Error{*down};
+      if (Status writable = s_.durable->Writable(); !writable.ok()) {
+        stored = writable;
       } else if (e.slot == nullptr) {
         stored = s_.durable->Read(e.policy, e.id, e.now);
       }

@@ -214,8 +214,8 @@ int main(int argc, char** argv) {
     std::cerr << "limiterd: " << plan.error() << '\n';
     return 1;
   }
-  if (auto error = limiter::RegionShares::Check(*policy_set, config.node.regions)) {
-    std::cerr << "limiterd: " << *error << '\n';
+  if (limiter::Status s = limiter::RegionShares::Check(*policy_set, config.node.regions); !s.ok()) {
+    std::cerr << "limiterd: " << s.error() << '\n';
     return 1;
   }
   if (!secret_file.empty()) config.secret_file = secret_file;
@@ -243,8 +243,9 @@ int main(int argc, char** argv) {
     std::cerr << "limiterd: " << key_seed.error() << '\n';
     return 1;
   }
-  if (auto error = limiter::CheckCredentials(config, secret->secrets, peer_secret->secrets)) {
-    std::cerr << "limiterd: " << *error << '\n';
+  if (limiter::Status s = limiter::CheckCredentials(config, secret->secrets, peer_secret->secrets);
+      !s.ok()) {
+    std::cerr << "limiterd: " << s.error() << '\n';
     return 1;
   }
   config.node.secrets = secret->secrets;
@@ -309,8 +310,8 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(config.secret_reload_ms));
   }
   limiter::Server server(node, config.server);
-  if (auto error = server.Start()) {
-    std::cerr << "limiterd: " << *error << '\n';
+  if (limiter::Status started = server.Start(); !started.ok()) {
+    std::cerr << "limiterd: " << started.error() << '\n';
     return 1;
   }
   std::printf("limiterd %s listening on %s admin %s threads %d policies %zu\n",

@@ -76,23 +76,23 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
   const uint16_t split_k = op.split_k();
   const uint16_t split_index = op.split_index();
   // The first bound the op breaks, if any (each check inline; a message only when broken).
-  const std::optional<std::string> bad = [&]() -> std::optional<std::string> {
-    if (auto e = protocol::TenantError(tenant)) return e;
+  const Status bounds = [&]() -> Status {
+    if (Status s = protocol::TenantError(tenant); !s.ok()) return s;
     if (cost_use == CostUse::kUnits && !operation.empty()) {
-      return "operation applies to CHECK only; give units as cost";
+      return Error{"operation applies to CHECK only; give units as cost"};
     }
-    if (auto e = protocol::OperationError(operation)) return e;
+    if (Status s = protocol::OperationError(operation); !s.ok()) return s;
     if (cost_use != CostUse::kNone && operation.empty()) {
-      if (auto e = protocol::CostError(op.cost())) return e;
+      if (Status s = protocol::CostError(op.cost()); !s.ok()) return s;
     }
     if (split_k != 0) {
-      if (auto e = protocol::SplitError(split_k, split_index)) return e;
-      if (n != 1) return "an op on a sub-bucket takes exactly one limit";
+      if (Status s = protocol::SplitError(split_k, split_index); !s.ok()) return s;
+      if (n != 1) return Error{"an op on a sub-bucket takes exactly one limit"};
     }
-    return std::nullopt;
+    return Status::Ok();
   }();
-  if (bad) {
-    r.Fail(wire::Status::BadRequest, *bad);
+  if (!bounds.ok()) {
+    r.Fail(wire::Status::BadRequest, bounds.error());
     return false;
   }
   // Inlined: called for every limit of every op (GCC leaves it out of line otherwise).
@@ -137,11 +137,11 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
     const Policy& p = table_.at(policy);
     const std::string_view key = limit->key() ? limit->key()->string_view() : "";
     if (!protocol::KeyInBounds(key)) {  // the message is made only when it is needed
-      r.Fail(wire::Status::BadRequest, *protocol::KeyError(key, where() + ".key"));
+      r.Fail(wire::Status::BadRequest, protocol::KeyError(key, where() + ".key").error());
       return false;
     }
-    if (auto error = protocol::MissingTenantError(p, tenant)) {
-      r.Fail(wire::Status::BadRequest, where() + ": " + *error);
+    if (Status s = protocol::MissingTenantError(p, tenant); !s.ok()) {
+      r.Fail(wire::Status::BadRequest, where() + ": " + s.error());
       return false;
     }
     // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
@@ -243,22 +243,19 @@ bool Node::SubBucketValid(Worker& w, int policy, std::string_view key, const wir
     r.Fail(wire::Status::SplitChanged, std::move(why));
     return false;
   }
-  std::string why;
-  switch (auth_.CheckSplitToken(BytesOf(op.split_token()), p.name, key, op.split_k(),
-                                op.split_epoch(), &why)) {
-    case Authenticator::TokenCheck::kValid:
-      return true;
-    case Authenticator::TokenCheck::kLapsed:
-      // A token a member made has lapsed: the gateway's view is out of date, and the owner
-      // has the split now (this node does not).
-      w.counters.split_changed.Add();
-      r.Fail(wire::Status::SplitChanged, why + "; ask the key's owner for its split now");
-      return false;
-    case Authenticator::TokenCheck::kForged:
-      break;
+  const Authenticator::TokenCheck token =
+      auth_.CheckSplitToken(BytesOf(op.split_token()), p.name, key, op.split_k(), op.split_epoch());
+  if (token.status.ok()) return true;
+  if (token.lapsed) {
+    // A token a member made has lapsed: the gateway's view is out of date, and the owner has
+    // the split now (this node does not).
+    w.counters.split_changed.Add();
+    r.Fail(wire::Status::SplitChanged,
+           token.status.error() + "; ask the key's owner for its split now");
+    return false;
   }
   w.counters.split_refusals.Add();
-  r.Fail(wire::Status::BadRequest, std::move(why));
+  r.Fail(wire::Status::BadRequest, token.status.error());
   return false;
 }
 

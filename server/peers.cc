@@ -111,8 +111,8 @@ Result<Peers::Answer> Peers::Exchange(const std::string& member, std::span<const
       }
       link->connection = std::move(c).value();
     }
-    if (auto error = link->connection->Send(body)) {
-      last_error = *error;
+    if (Status sent = link->connection->Send(body); !sent.ok()) {
+      last_error = sent.error();
       link->connection.reset();
       continue;
     }
@@ -152,13 +152,12 @@ Result<std::pair<std::vector<std::string>, uint64_t>> Peers::AskMembers(const st
   return std::make_pair(std::move(a->members), a->generation);
 }
 
-std::optional<std::string> Peers::Announce(const std::string& member, bool leaving,
-                                           uint64_t generation) {
+Status Peers::Announce(const std::string& member, bool leaving, uint64_t generation) {
   Result<Answer> a = Exchange(member, MembersRequest(leaving ? Change::kLeaving : Change::kJoining,
                                                      node_.options().self, generation));
-  if (!a) return a.error();
-  if (!a->ok) return member + ": " + a->error;
-  return std::nullopt;
+  if (!a) return a.status();
+  if (!a->ok) return Error{member + ": " + a->error};
+  return Status::Ok();
 }
 
 int64_t Peers::SendHandoff(const std::string& member, std::span<const uint8_t> frame) {
@@ -175,12 +174,11 @@ int64_t Peers::SendHandoff(const std::string& member, std::span<const uint8_t> f
   return a->granted;
 }
 
-std::optional<std::string> Peers::Send(const std::string& member,
-                                       std::span<const uint8_t> frame) {
+Status Peers::Send(const std::string& member, std::span<const uint8_t> frame) {
   Result<Answer> a = Exchange(member, frame);
-  if (!a) return a.error();
-  if (!a->ok) return member + ": " + a->error;
-  return std::nullopt;
+  if (!a) return a.status();
+  if (!a->ok) return Error{member + ": " + a->error};
+  return Status::Ok();
 }
 
 void Peers::Leave() {
@@ -199,8 +197,9 @@ void Peers::Leave() {
     std::vector<std::thread> announcing;
     for (const std::string& member : others) {
       announcing.emplace_back([this, &member, generation] {
-        if (auto error = Announce(member, /*leaving=*/true, generation)) {
-          Log("leaving: " + *error + " (it learns the list later; its keys from here may "
+        if (Status s = Announce(member, /*leaving=*/true, generation); !s.ok()) {
+          Log("leaving: " + s.error() +
+              " (it learns the list later; its keys from here may "
               "start fresh)");
         }
       });
@@ -257,11 +256,11 @@ void Peers::Join() {
     return;
   }
   for (const std::string& member : previous) {
-    if (auto error = Announce(member, /*leaving=*/false, next)) {
+    if (Status s = Announce(member, /*leaving=*/false, next); !s.ok()) {
       // Not reachable: whatever it holds for this node does not come; those keys start fresh
       // now rather than at the deadline (the crash promise).
       node_.ownership().Handed(member, next);
-      Log("join: " + *error + " (its keys for this node start fresh)");
+      Log("join: " + s.error() + " (its keys for this node start fresh)");
     }
   }
   Log("join: joined at generation " + std::to_string(next) + " with " +

@@ -56,12 +56,11 @@ class Peers {
   Result<std::pair<std::vector<std::string>, uint64_t>> AskMembers(const std::string& member);
   // Tells `member` that this node leaves (or joins) at `generation` (Node::MemberLeaves,
   // MemberJoins); an error when it could not or would not hear it.
-  std::optional<std::string> Announce(const std::string& member, bool leaving,
-                                      uint64_t generation);
+  Status Announce(const std::string& member, bool leaving, uint64_t generation);
   // A Handoff::Sink: the keys `member` took, or -1.
   int64_t SendHandoff(const std::string& member, std::span<const uint8_t> frame);
   // Sends a one-op Request body; an error when it was not delivered or the op failed.
-  std::optional<std::string> Send(const std::string& member, std::span<const uint8_t> frame);
+  Status Send(const std::string& member, std::span<const uint8_t> frame);
 
   // See above. Both log what they do on stderr, one line each step.
   void Leave();

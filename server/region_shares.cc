@@ -50,43 +50,45 @@ struct RegionShares::Shard {
   std::unordered_map<KeyId, Record, KeyIdHash> records LIMITER_GUARDED_BY(mu);
 };
 
-std::optional<std::string> RegionShares::Check(const PolicySet& policies,
-                                               const RegionOptions& o) {
+Status RegionShares::Check(const PolicySet& policies, const RegionOptions& o) {
   if (o.region.empty()) {
-    if (!o.others.empty()) return "regions: name this node's region (region) too";
-    return std::nullopt;
+    if (!o.others.empty()) return Error{"regions: name this node's region (region) too"};
+    return Status::Ok();
   }
   std::set<std::string> names = {o.region};
   for (const RegionOptions::Other& other : o.others) {
     if (other.name.empty() || other.name.size() > kMaxNameBytes) {
-      return "regions: a region's name is 1 to " + std::to_string(kMaxNameBytes) + " bytes";
+      return Error{"regions: a region's name is 1 to " + std::to_string(kMaxNameBytes) + " bytes"};
     }
-    if (!names.insert(other.name).second) return "regions: '" + other.name + "' is named twice";
+    if (!names.insert(other.name).second) {
+      return Error{"regions: '" + other.name + "' is named twice"};
+    }
     if (other.members.empty() == other.members_dns.empty()) {
-      return "regions: region '" + other.name + "' needs members or members_dns (one of them)";
+      return Error{"regions: region '" + other.name +
+                   "' needs members or members_dns (one of them)"};
     }
   }
   if (names.size() > kMaxRegions) {
-    return "regions: at most " + std::to_string(kMaxRegions) + " regions, got " +
-           std::to_string(names.size());
+    return Error{"regions: at most " + std::to_string(kMaxRegions) + " regions, got " +
+                 std::to_string(names.size())};
   }
   if (o.rebalance_interval_ms < 100 || o.rebalance_interval_ms > 60'000) {
-    return "rebalance_interval: 100 ms to 60 s, got " + std::to_string(o.rebalance_interval_ms) +
-           " ms";
+    return Error{"rebalance_interval: 100 ms to 60 s, got " +
+                 std::to_string(o.rebalance_interval_ms) + " ms"};
   }
-  if (!(o.floor >= 0 && o.floor <= 1)) return "region_floor: a share of the limit, 0 to 1";
-  if (o.max_keys < 1) return "region_max_keys: at least 1";
+  if (!(o.floor >= 0 && o.floor <= 1)) return Error{"region_floor: a share of the limit, 0 to 1"};
+  if (o.max_keys < 1) return Error{"region_max_keys: at least 1"};
   const int64_t n = static_cast<int64_t>(names.size());
   for (const Policy& p : policies.policies()) {
     if (p.scope != Scope::kGlobal) continue;
     const int64_t q = ShareQuantum(p.algorithm, p.rate);
     if (p.rate.limit() / q < n) {
-      return "policy '" + p.name + "': a global limit of " + std::to_string(p.rate.limit()) +
-             " cannot give each of " + std::to_string(n) + " regions its smallest share (" +
-             std::to_string(q) + (q > 1 ? ": limit / burst" : "") + ")";
+      return Error{"policy '" + p.name + "': a global limit of " + std::to_string(p.rate.limit()) +
+                   " cannot give each of " + std::to_string(n) + " regions its smallest share (" +
+                   std::to_string(q) + (q > 1 ? ": limit / burst" : "") + ")"};
     }
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 RegionShares::RegionShares(const PolicySet& policies, RegionOptions options)

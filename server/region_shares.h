@@ -29,12 +29,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/mutex.h"
-#include "protocol/key_id.h"
 #include "common/key_limiter.h"
+#include "common/mutex.h"
 #include "common/policy.h"
 #include "common/rate.h"
 #include "limiter/status.h"
+#include "protocol/key_id.h"
 #include "protocol/ring.h"
 
 namespace limiter {
@@ -61,9 +61,9 @@ class RegionShares {
  public:
   static constexpr size_t kMaxRegions = 64;
 
-  // Why `options` cannot run with `policies`, or nullopt: region names, and every global limit
-  // large enough for a quantum per region (ShareQuantum).
-  static std::optional<std::string> Check(const PolicySet& policies, const RegionOptions& options);
+  // Ok when `options` can run with `policies`, else why not: region names, and every global
+  // limit large enough for a quantum per region (ShareQuantum).
+  static Status Check(const PolicySet& policies, const RegionOptions& options);
   // Precondition: Check passed.
   RegionShares(const PolicySet& policies, RegionOptions options);
   ~RegionShares();

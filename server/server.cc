@@ -14,9 +14,9 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 
-#include "protocol/key_id.h"
 #include "common/membership.h"
 #include "limiter/status.h"
+#include "protocol/key_id.h"
 #include "server/admin_port.h"
 #include "server/connection.h"
 #include "server/node_certificates.h"
@@ -207,18 +207,19 @@ struct Server::Impl {
         senders.emplace_back([&, region = region, &reports = reports] {
           bool delivered = true;
           for (const RegionShares::Report& report : reports) {
-            std::optional<std::string> error = region_peers->Send(report.member, report.body);
-            if (error) regions.counters().send_errors.fetch_add(1);
-            delivered = delivered && !error;
+            const Status sent = region_peers->Send(report.member, report.body);
+            if (!sent.ok()) regions.counters().send_errors.fetch_add(1);
+            delivered = delivered && sent.ok();
             MutexLock guard(log_mu);
             std::string& last = last_error[report.member];
-            if (error && *error != last) {
-              std::fprintf(stderr, "limiterd: region %s: %s\n", region.c_str(), error->c_str());
-            } else if (!error && !last.empty()) {
+            if (!sent.ok() && sent.error() != last) {
+              std::fprintf(stderr, "limiterd: region %s: %s\n", region.c_str(),
+                           sent.error().c_str());
+            } else if (sent.ok() && !last.empty()) {
               std::fprintf(stderr, "limiterd: region %s: %s reached again\n", region.c_str(),
                            report.member.c_str());
             }
-            last = error.value_or("");
+            last = sent.error();  // empty when delivered
           }
           regions.NoteSent(region, delivered, node.NowMs());
         });
@@ -358,7 +359,7 @@ struct Server::Impl {
 
   // The admin port: probes and metrics for anyone who reaches it (no key names), actions
   // only with the peer credential's admin token (auth::AdminToken), from loopback too.
-  std::optional<std::string> StartAdmin(Server& server) {
+  Status StartAdmin(Server& server) {
     AdminPortOptions o;
     o.listen = options.admin;
     o.max_connections = options.admin_max_connections;
@@ -522,7 +523,7 @@ std::optional<HostPort> ParseHostPort(const std::string& text) {
   return hp;
 }
 
-std::optional<std::string> Server::Start() {
+Status Server::Start() {
   Impl& s = *impl_;
   const int threads = s.options.threads > 0
                           ? s.options.threads
@@ -530,20 +531,20 @@ std::optional<std::string> Server::Start() {
   if (!s.options.tls.cert_file.empty() || !s.options.tls.key_file.empty() ||
       !s.options.tls.ca_file.empty() || !s.options.tls.peer_ca_file.empty()) {
     Result<std::unique_ptr<asio::ssl::context>> tls = MakeServerTlsContext(s.options.tls);
-    if (!tls) return tls.error();
+    if (!tls) return Error{tls.error()};
     s.tls = std::move(tls).value();
   }
   if (!s.options.tls.peer_ca_file.empty()) {
     Result<std::shared_ptr<const NodeCertificates>> certs =
         NodeCertificates::Load(s.options.tls.peer_ca_file);
-    if (!certs) return certs.error();
+    if (!certs) return Error{certs.error()};
     s.limits.node_certs = std::move(certs).value();
   }
   for (int i = 0; i < threads; ++i) {
     s.workers.push_back(std::make_unique<WorkerThread>(s.node, s.options, s.limits, s.tls.get()));
   }
   const std::optional<HostPort> listen = ParseHostPort(s.options.listen);
-  if (!listen) return "--listen: expected HOST:PORT, got '" + s.options.listen + "'";
+  if (!listen) return Error{"--listen: expected HOST:PORT, got '" + s.options.listen + "'"};
   try {
     asio::io_context& io = s.workers.front()->io;
     tcp::resolver resolver(io);
@@ -557,10 +558,10 @@ std::optional<std::string> Server::Start() {
     s.acceptor->listen(asio::socket_base::max_listen_connections);
     s.accept_backoff = std::make_unique<asio::steady_timer>(io);
   } catch (const std::exception& e) {
-    return "cannot listen on " + s.options.listen + ": " + e.what();
+    return Error{"cannot listen on " + s.options.listen + ": " + e.what()};
   }
   if (!s.options.admin.empty()) {
-    if (auto error = s.StartAdmin(*this)) return error;
+    if (Status started = s.StartAdmin(*this); !started.ok()) return started;
   }
   // Only a node of a cluster talks to peers (and needs a way to verify them over TLS).
   if (!s.node.options().members.empty() || !s.options.members_dns.empty()) {
@@ -568,7 +569,7 @@ std::optional<std::string> Server::Start() {
         s.node, s.options.tls,
         static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)),
         s.options.idle_timeout_ms);
-    if (!peers) return peers.error();
+    if (!peers) return Error{peers.error()};
     s.peers = std::move(peers).value();
   }
   if (RegionShares* regions = s.node.regions()) {
@@ -578,7 +579,7 @@ std::optional<std::string> Server::Start() {
         s.node, s.options.tls,
         static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms / 4, 50, 5000)),
         s.options.idle_timeout_ms);
-    if (!peers) return "regions: " + peers.error();
+    if (!peers) return Error{"regions: " + peers.error()};
     s.region_peers = std::move(peers).value();
   }
   // Before the node says it is up, so that a SIGTERM from then on is a clean stop: the node
@@ -591,7 +592,7 @@ std::optional<std::string> Server::Start() {
       if (!again) Stop();
     });
   });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void Server::Run() {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/tls_options.h"
+#include "limiter/status.h"
 #include "server/node.h"
 
 namespace limiter {
@@ -71,8 +72,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds the ports (port 0: any free port). An error message, or nullopt.
-  std::optional<std::string> Start();
+  // Binds the ports (port 0: any free port); an error says which and why.
+  Status Start();
   // Serves until Stop; returns once every thread has finished.
   void Run();
   // Stops accepting, closes every connection, ends Run. A second SIGTERM or SIGINT calls it.

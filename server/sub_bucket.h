@@ -15,7 +15,7 @@ namespace limiter {
 inline std::optional<Rate> SubRate(const Policy& p, int k, int index) {
   const int64_t l = p.rate.limit() / k + (index < p.rate.limit() % k ? 1 : 0);
   const int64_t b = p.rate.burst() / k + (index < p.rate.burst() % k ? 1 : 0);
-  if (l < 1 || b < 1 || Rate::Invalid(l, p.rate.window_ms(), b)) return std::nullopt;
+  if (l < 1 || b < 1 || !Rate::Validate(l, p.rate.window_ms(), b).ok()) return std::nullopt;
   return Rate(l, p.rate.window_ms(), b);
 }
 

@@ -3,6 +3,7 @@
 // secret itself never crosses the wire; a preStop hook reads it from `admin-token`.
 #include <httplib.h>
 
+#include <charconv>
 #include <ostream>
 
 #include "client/ctl/commands.h"
@@ -50,13 +51,12 @@ int RunDrain(const AdminArgs& args, std::ostream& out, std::ostream& err) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
+  const std::string_view port_text = std::string_view(args.admin).substr(colon + 1);
   int port = 0;
-  try {
-    port = std::stoi(args.admin.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = 0;
-  }
-  if (port <= 0 || port > 65535) {
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port <= 0 ||
+      port > 65535) {
     err << "limiterctl drain: --admin: bad port in '" << args.admin << "'\n";
     return 2;
   }

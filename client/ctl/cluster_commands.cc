@@ -176,8 +176,8 @@ int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err) {
     }
     RequestBuilder b;
     b.Hello("limiterctl");
-    if (auto e = (*c)->Send(b.Finish())) {
-      n.error = *e;
+    if (Status s = (*c)->Send(b.Finish()); !s.ok()) {
+      n.error = s.error();
       continue;
     }
     Result<const wire::Reply*> r = (*c)->Receive();

@@ -64,8 +64,8 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
             b.Check(static_cast<uint64_t>(sent + i), args.policy, args.key, args.tenant,
                     args.cost, args.op, args.dry_run);
           }
-          if (auto e = (*c)->Send(b.Finish())) {
-            note_error(*e, mine - sent);
+          if (Status s = (*c)->Send(b.Finish()); !s.ok()) {
+            note_error(s.error(), mine - sent);
             return;
           }
           sent += n;

@@ -3,9 +3,9 @@
 
 #include <string>
 
+#include "limiter/status.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "limiter/status.h"
 #include "protocol/wire.h"
 
 namespace limiter::ctl {
@@ -13,7 +13,7 @@ namespace limiter::ctl {
 // Sends the one op in `builder` and returns its reply (valid until the connection's next
 // Receive), or an error message.
 inline Result<const wire::OpReply*> OneOp(NodeConnection& c, RequestBuilder& builder) {
-  if (auto e = c.Send(builder.Finish())) return Error{*e};
+  if (Status s = c.Send(builder.Finish()); !s.ok()) return s;
   Result<const wire::Reply*> r = c.Receive();
   if (!r) return Error{r.error()};
   if ((*r)->error()) return Error{(*r)->error()->str()};

@@ -28,40 +28,43 @@ struct Setup {
   const Policy* policy = nullptr;
 };
 
-// Fills `setup` from the arguments, or returns why they do not make sense.
-std::optional<std::string> Resolve(const ReplayArgs& args, const PolicySet* policies,
-                                   Setup& setup) {
+// What the arguments ask for, or why they do not make sense.
+Result<Setup> Resolve(const ReplayArgs& args, const PolicySet* policies) {
+  Setup setup;
   std::string algorithm = args.algorithm;
   if (policies) {
     setup.policy = policies->Find(args.policy);
     if (!setup.policy) {
-      return args.policy_file + ": no policy named '" + args.policy + "'";
+      return Error{args.policy_file + ": no policy named '" + args.policy + "'"};
     }
     setup.rate = setup.policy->rate;
     if (algorithm.empty()) algorithm = std::string(AlgorithmName(setup.policy->algorithm));
   } else {
     if (!args.limit || !args.window) {
-      return "replay needs --limit and --window (or --policy-file and --policy)";
+      return Error{"replay needs --limit and --window (or --policy-file and --policy)"};
     }
     const std::optional<int64_t> window = ParseWindowMs(*args.window);
-    if (!window) return "--window: expected milliseconds or a duration like 1s, got '" + *args.window + "'";
+    if (!window) {
+      return Error{"--window: expected milliseconds or a duration like 1s, got '" + *args.window +
+                   "'"};
+    }
     const int64_t burst = args.burst.value_or(*args.limit);
-    if (auto why = Rate::Invalid(*args.limit, *window, burst)) return *why;
+    if (Status s = Rate::Validate(*args.limit, *window, burst); !s.ok()) return s;
     setup.rate = Rate(*args.limit, *window, burst);
-    if (algorithm.empty()) return "replay needs --algorithm (a name or all)";
+    if (algorithm.empty()) return Error{"replay needs --algorithm (a name or all)"};
   }
   if (algorithm == "all") {
     setup.algorithms.assign(kAllAlgorithms.begin(), kAllAlgorithms.end());
   } else if (const std::optional<Algorithm> a = ParseAlgorithm(algorithm)) {
     setup.algorithms.push_back(*a);
   } else {
-    return "--algorithm: unknown algorithm '" + algorithm + "' (known: " +
-           std::string(AlgorithmNameList()) + ", all)";
+    return Error{"--algorithm: unknown algorithm '" + algorithm +
+                 "' (known: " + std::string(AlgorithmNameList()) + ", all)"};
   }
   for (Algorithm a : setup.algorithms) {
-    if (auto why = UnsupportedRate(a, setup.rate)) return *why;
+    if (Status s = SupportsRate(a, setup.rate); !s.ok()) return s;
   }
-  return std::nullopt;
+  return setup;
 }
 
 std::string DisplayLabel(const std::string& label) { return label.empty() ? "-" : label; }
@@ -146,11 +149,12 @@ int RunReplay(const ReplayArgs& args, std::ostream& out, std::ostream& err) {
     }
     policies = std::move(loaded).value();
   }
-  Setup setup;
-  if (auto why = Resolve(args, policies ? &*policies : nullptr, setup)) {
-    err << "limiterctl replay: " << *why << '\n';
+  Result<Setup> resolved = Resolve(args, policies ? &*policies : nullptr);
+  if (!resolved) {
+    err << "limiterctl replay: " << resolved.error() << '\n';
     return 2;
   }
+  const Setup& setup = *resolved;
   Result<std::vector<TraceRow>> trace = LoadTraceFile(args.trace);
   if (!trace) {
     err << "limiterctl replay: " << trace.error() << '\n';

@@ -107,9 +107,9 @@ TEST_F(HelmChart, RenderedCredentialsPassLimiterdsOwnCheck) {
   EXPECT_EQ(gateway.values, std::vector<std::string>{kSecret});
   EXPECT_EQ(peer.values, std::vector<std::string>{kPeerSecret});
   EXPECT_EQ(seed.values, std::vector<std::string>{kKeySeed});
-  const std::optional<std::string> refused = CheckCredentials(*config, gateway, peer);
-  EXPECT_FALSE(refused.has_value()) << *refused;
-  EXPECT_TRUE(CheckCredentials(*config, gateway, auth::Secrets{}).has_value());
+  const Status refused = CheckCredentials(*config, gateway, peer);
+  EXPECT_TRUE(refused.ok()) << refused.error();
+  EXPECT_FALSE(CheckCredentials(*config, gateway, auth::Secrets{}).ok());
 }
 
 // Whatever the chart gives gateways holds the gateway secret and nothing else: the gateway

@@ -271,8 +271,8 @@ class AdminPortFixture : public ::testing::Test {
       return AdminResponse{200, "text/plain; version=0.0.4", port_->RenderMetrics(), {}};
     });
     if (more) more(*port_);
-    const std::optional<std::string> error = port_->Start();
-    EXPECT_FALSE(error) << *error;
+    const Status started = port_->Start();
+    EXPECT_TRUE(started.ok()) << started.error();
     const std::string address = port_->address();
     port_number_ = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
     return *port_;

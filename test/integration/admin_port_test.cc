@@ -402,7 +402,8 @@ TEST_F(AdminPortTest, StopFromAHandlerEndsThePortAndTheNextStopJoins) {
 TEST_F(AdminPortTest, StartRejectsBadOptionsAndAddressesNamingThem) {
   const auto start_error = [](AdminPortOptions o) {
     AdminPort port(std::move(o));
-    return port.Start().value_or("(started)");
+    const Status started = port.Start();
+    return started.ok() ? std::string("(started)") : started.error();
   };
   AdminPortOptions o = TestOptions();
   o.listen = "nonsense";
@@ -418,7 +419,7 @@ TEST_F(AdminPortTest, StartRejectsBadOptionsAndAddressesNamingThem) {
   o.listen = port_->address();
   EXPECT_EQ(start_error(o),
             "cannot listen on " + port_->address() + " (admin port): Address already in use");
-  EXPECT_EQ(port_->Start(), "admin port: started already");
+  EXPECT_EQ(port_->Start().error(), "admin port: started already");
 
   const std::vector<std::pair<std::function<void(AdminPortOptions&)>, std::string>> bad = {
       {[](AdminPortOptions& x) { x.max_connections = 0; },

@@ -57,7 +57,7 @@ NodeAccess WithSecret(const std::string& secret) {
 bool Check(NodeConnection& c) {
   RequestBuilder b;
   b.Check(1, "api", "probe");
-  if (c.Send(b.Finish())) return false;
+  if (!c.Send(b.Finish()).ok()) return false;
   Result<const wire::Reply*> r = c.Receive();
   return r.ok() && (*r)->ops() && (*r)->ops()->size() == 1 &&
          (*r)->ops()->Get(0)->status() == wire::Status::Ok;

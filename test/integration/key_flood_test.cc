@@ -56,7 +56,7 @@ class KeyFlood : public ::testing::Test {
     if (!c) return -1;
     RequestBuilder b;
     b.Stats(1);
-    EXPECT_FALSE(c->Send(b.Finish()));
+    EXPECT_TRUE(c->Send(b.Finish()).ok());
     Result<const wire::Reply*> r = c->Receive();
     EXPECT_TRUE(r.ok()) << r.error();
     if (!r.ok()) return -1;
@@ -87,7 +87,7 @@ void SendChecks(NodeConnection& c, const std::string& policy, const std::vector<
                 Outcomes& out) {
   RequestBuilder b;
   for (size_t i = 0; i < keys.size(); ++i) b.Check(i, policy, keys[i]);
-  if (c.Send(b.Finish())) {
+  if (!c.Send(b.Finish()).ok()) {
     out.other += static_cast<int>(keys.size());
     return;
   }

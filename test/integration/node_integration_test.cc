@@ -51,7 +51,7 @@ class NodeIntegration : public ::testing::Test {
     if (!c) return false;
     RequestBuilder b;
     b.Check(1, "ip", "probe");
-    if (c->Send(b.Finish())) return false;
+    if (!c->Send(b.Finish()).ok()) return false;
     Result<const wire::Reply*> r = c->Receive();
     return r.ok() && (*r)->ops()->size() == 1 &&
            (*r)->ops()->Get(0)->status() == wire::Status::Ok;
@@ -61,7 +61,7 @@ class NodeIntegration : public ::testing::Test {
     auto c = Connect();
     RequestBuilder b;
     b.Stats(1);
-    EXPECT_FALSE(c->Send(b.Finish()));
+    EXPECT_TRUE(c->Send(b.Finish()).ok());
     Result<const wire::Reply*> r = c->Receive();
     EXPECT_TRUE(r.ok()) << r.error();
     if (!r.ok()) return -1;
@@ -89,7 +89,7 @@ TEST_F(NodeIntegration, SixteenConnectionsRaceForOneKeyAndExactlyTheLimitIsAdmit
       for (int frame = 0; frame < 50; ++frame) {  // 50 frames of 10 checks, pipelined by 5
         b.Clear();
         for (int i = 0; i < 10; ++i) b.Check(static_cast<uint64_t>(frame * 10 + i), "hourly", "one-key");
-        if (c->Send(b.Finish())) ++errors;
+        if (!c->Send(b.Finish()).ok()) ++errors;
         if (frame % 5 != 4) continue;
         for (int k = 0; k < 5; ++k) {
           Result<const wire::Reply*> r = c->Receive();
@@ -128,7 +128,7 @@ TEST_F(NodeIntegration, FiftyKeysShareTheirTenantsThreeHundred) {
         for (int k = 0; k < 50; ++k) {
           b.Check(static_cast<uint64_t>(k), "api_key", std::to_string(k + 100 * t % 2), "acme");
         }
-        ASSERT_FALSE(c->Send(b.Finish()));
+        ASSERT_TRUE(c->Send(b.Finish()).ok());
         Result<const wire::Reply*> r = c->Receive();
         ASSERT_TRUE(r.ok()) << r.error();
         for (const wire::OpReply* op : *(*r)->ops()) allowed += op->allowed();
@@ -146,7 +146,7 @@ TEST_F(NodeIntegration, PipelinedFramesAreAnsweredInOrder) {
     b.Clear();
     b.Check(frame * 2, "ip", "pipe");
     b.Check(frame * 2 + 1, "ip", "pipe");
-    ASSERT_FALSE(c->Send(b.Finish()));
+    ASSERT_TRUE(c->Send(b.Finish()).ok());
   }
   int allowed = 0;
   for (uint64_t frame = 0; frame < 20; ++frame) {
@@ -175,7 +175,7 @@ TEST_F(NodeIntegration, FramesBeyondATurnAreAnsweredInOrderThenAFramingErrorClos
     AppendFrame(bytes, b.Finish());
   }
   bytes.insert(bytes.end(), {0, 0, 0, 0});  // a frame of length 0
-  ASSERT_FALSE(c->SendRaw(bytes));
+  ASSERT_TRUE(c->SendRaw(bytes).ok());
   uint64_t next = 0;
   for (int frame = 0; frame < 4; ++frame) {
     Result<const wire::Reply*> r = c->Receive();
@@ -196,7 +196,7 @@ TEST_F(NodeIntegration, FramesBeyondATurnAreAnsweredInOrderThenAFramingErrorClos
   // The other connection on the node was not held up for good.
   b.Clear();
   b.Check(1, "hourly", "other");
-  ASSERT_FALSE(other->Send(b.Finish()));
+  ASSERT_TRUE(other->Send(b.Finish()).ok());
   Result<const wire::Reply*> r = other->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_TRUE((*r)->ops()->Get(0)->allowed());
@@ -216,7 +216,7 @@ TEST_F(NodeIntegration, FramingErrorsCloseThatConnectionOnly) {
   auto other = Connect();  // open throughout: it must not notice anything
   for (const Case& c : cases) {
     auto conn = Connect();
-    ASSERT_FALSE(conn->SendRaw(c.bytes));
+    ASSERT_TRUE(conn->SendRaw(c.bytes).ok());
     Result<const wire::Reply*> r = conn->Receive();
     ASSERT_TRUE(r.ok()) << r.error();
     ASSERT_NE((*r)->error(), nullptr);
@@ -230,12 +230,12 @@ TEST_F(NodeIntegration, FramingErrorsCloseThatConnectionOnly) {
   {
     auto conn = Connect();
     const std::vector<uint8_t> partial = {100, 0, 0, 0, 1, 2, 3};
-    ASSERT_FALSE(conn->SendRaw(partial));
+    ASSERT_TRUE(conn->SendRaw(partial).ok());
   }
   // The connection that stayed open still works.
   RequestBuilder b;
   b.Check(1, "ip", "other");
-  ASSERT_FALSE(other->Send(b.Finish()));
+  ASSERT_TRUE(other->Send(b.Finish()).ok());
   Result<const wire::Reply*> r = other->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_TRUE((*r)->ops()->Get(0)->allowed());
@@ -253,7 +253,7 @@ TEST_F(NodeIntegration, GarbageAndBadOpsGetErrorRepliesOnALiveConnection) {
   std::mt19937 rng(7);
   std::vector<uint8_t> garbage(600);
   for (auto& byte : garbage) byte = static_cast<uint8_t>(rng());
-  ASSERT_FALSE(c->Send(garbage));
+  ASSERT_TRUE(c->Send(garbage).ok());
   Result<const wire::Reply*> r = c->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_NE((*r)->error(), nullptr);
@@ -267,7 +267,7 @@ TEST_F(NodeIntegration, GarbageAndBadOpsGetErrorRepliesOnALiveConnection) {
   b.Check(5, "ip", "k", "", int64_t{1} << 40);
   b.Check(6, "nope", "k");
   b.Check(7, "ip", "fine");
-  ASSERT_FALSE(c->Send(b.Finish()));
+  ASSERT_TRUE(c->Send(b.Finish()).ok());
   r = c->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   const auto* ops = (*r)->ops();
@@ -284,14 +284,14 @@ TEST_F(NodeIntegration, KeysBeyondTheBoundAreRefused) {
   auto c = Connect();
   RequestBuilder b;
   for (int k = 0; k < 1000; ++k) b.Check(static_cast<uint64_t>(k), "ip", std::to_string(k));
-  ASSERT_FALSE(c->Send(b.Finish()));
+  ASSERT_TRUE(c->Send(b.Finish()).ok());
   Result<const wire::Reply*> r = c->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   for (const wire::OpReply* op : *(*r)->ops()) ASSERT_TRUE(op->allowed());
   b.Clear();
   b.Check(1, "ip", "one-too-many");
   b.Check(2, "ip", "7");  // a known key is still served
-  ASSERT_FALSE(c->Send(b.Finish()));
+  ASSERT_TRUE(c->Send(b.Finish()).ok());
   r = c->Receive();
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ((*r)->ops()->Get(0)->status(), wire::Status::KeysExhausted);
@@ -312,7 +312,7 @@ TEST_F(NodeIntegration, AClientThatNeverReadsStallsOnlyItself) {
   const auto body = b.Finish();
   bool stalled = false;
   for (int frames = 0; frames < 100'000 && !stalled; ++frames) {
-    stalled = (*flood)->Send(body).has_value();
+    stalled = !(*flood)->Send(body).ok();
   }
   EXPECT_TRUE(stalled) << "the node kept reading a client that never reads";
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(StillServing());

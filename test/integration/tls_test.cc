@@ -89,7 +89,7 @@ policies:
     if (!c) return c.error();
     RequestBuilder b;
     b.Check(1, "api", "k");
-    if (auto e = (*c)->Send(b.Finish())) return *e;
+    if (Status s = (*c)->Send(b.Finish()); !s.ok()) return s.error();
     Result<const wire::Reply*> r = (*c)->Receive();
     if (!r) return r.error();
     if (!(*r)->ops() || (*r)->ops()->size() != 1 || !(*r)->ops()->Get(0)->allowed()) {

@@ -456,13 +456,13 @@ TEST(PropertiesOfPromises, GcraTokenBucketAndLeakyBucketDecideIdentically) {
 }
 
 TEST(Rate, RejectsNumbersThatCannotBeExact) {
-  EXPECT_TRUE(Rate::Invalid(0, 1000, 1));
-  EXPECT_TRUE(Rate::Invalid(-3, 1000, 1));
-  EXPECT_TRUE(Rate::Invalid(1, 0, 1));
-  EXPECT_TRUE(Rate::Invalid(1, 1000, 0));
-  EXPECT_TRUE(Rate::Invalid(int64_t{1} << 40, int64_t{1} << 30, 1));
-  EXPECT_TRUE(Rate::Invalid(1, Rate::kMaxWindowMs + 1, 1));
-  EXPECT_FALSE(Rate::Invalid(1'000'000, 86'400'000, 1'000'000));
+  EXPECT_FALSE(Rate::Validate(0, 1000, 1).ok());
+  EXPECT_FALSE(Rate::Validate(-3, 1000, 1).ok());
+  EXPECT_FALSE(Rate::Validate(1, 0, 1).ok());
+  EXPECT_FALSE(Rate::Validate(1, 1000, 0).ok());
+  EXPECT_FALSE(Rate::Validate(int64_t{1} << 40, int64_t{1} << 30, 1).ok());
+  EXPECT_FALSE(Rate::Validate(1, Rate::kMaxWindowMs + 1, 1).ok());
+  EXPECT_TRUE(Rate::Validate(1'000'000, 86'400'000, 1'000'000).ok());
 }
 
 TEST(Rate, TheDefaultIsOnePerSecondWithItsDerivedNumbers) {

@@ -154,25 +154,26 @@ TEST(SplitTokens, BindTheSplitAndLapse) {
   const auth::Secrets secrets{{kCurrent}};
   const int64_t now = 1'700'000'000'000;
   const auth::SplitToken t = auth::MakeSplitToken(kCurrent, "api", "hot", 4, 77, now + 2000);
-  EXPECT_EQ(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now, 1000), "");
-  EXPECT_EQ(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now + 2900, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now + 3100, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, t, "api", "cold", 4, 77, now, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, t, "other", "hot", 4, 77, now, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, t, "api", "hot", 8, 77, now, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 78, now, 1000), "");
-  EXPECT_NE(auth::CheckSplitToken(auth::Secrets{{kWrong}}, t, "api", "hot", 4, 77, now, 1000), "");
-  EXPECT_EQ(
-      auth::CheckSplitToken(auth::Secrets{{kWrong, kCurrent}}, t, "api", "hot", 4, 77, now, 1000),
-      "");
-  EXPECT_NE(auth::CheckSplitToken(secrets, {}, "api", "hot", 4, 77, now, 1000), "");
-  EXPECT_NE(
-      auth::CheckSplitToken(secrets, auth::Bytes(t.data(), 10), "api", "hot", 4, 77, now, 1000),
-      "");
+  EXPECT_TRUE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now, 1000).ok());
+  EXPECT_TRUE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now + 2900, 1000).ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 77, now + 3100, 1000).ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, t, "api", "cold", 4, 77, now, 1000).ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, t, "other", "hot", 4, 77, now, 1000).ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, t, "api", "hot", 8, 77, now, 1000).ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, t, "api", "hot", 4, 78, now, 1000).ok());
+  EXPECT_FALSE(
+      auth::CheckSplitToken(auth::Secrets{{kWrong}}, t, "api", "hot", 4, 77, now, 1000).ok());
+  EXPECT_TRUE(
+      auth::CheckSplitToken(auth::Secrets{{kWrong, kCurrent}}, t, "api", "hot", 4, 77, now, 1000)
+          .ok());
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, {}, "api", "hot", 4, 77, now, 1000).ok());
+  EXPECT_FALSE(
+      auth::CheckSplitToken(secrets, auth::Bytes(t.data(), 10), "api", "hot", 4, 77, now, 1000)
+          .ok());
   // A later expiry written into the token breaks its MAC.
   auth::SplitToken extended = t;
   extended[3] ^= 1;
-  EXPECT_NE(auth::CheckSplitToken(secrets, extended, "api", "hot", 4, 77, now, 1000), "");
+  EXPECT_FALSE(auth::CheckSplitToken(secrets, extended, "api", "hot", 4, 77, now, 1000).ok());
 }
 
 const char* kPolicies = R"(
@@ -223,11 +224,11 @@ class AuthNodeTest : public ::testing::Test {
     h.BuildNonceHello(b, "test");
     const wire::Reply& challenge = Send(b);
     if (after_ == Node::AfterFrame::kClose) return "closed: " + ErrorOf(challenge);
-    if (auto e = h.BuildProofHello(challenge, b, "test")) return *e;
+    if (Status s = h.BuildProofHello(challenge, b, "test"); !s.ok()) return s.error();
     b.Check(1, "api", "k");
     const wire::Reply& proved = Send(b);
     if (after_ == Node::AfterFrame::kClose) return "closed: " + ErrorOf(proved);
-    if (auto e = h.CheckNode(proved)) return *e;
+    if (Status s = h.CheckNode(proved); !s.ok()) return s.error();
     if (!proved.ops() || proved.ops()->size() != 1 || !proved.ops()->Get(0)->allowed()) {
       return "the CHECK beside the proof was not answered";
     }

@@ -60,7 +60,7 @@ class Connection {
     if (*first != Authenticator::Step::kAnswered) return "no challenge";
     const wire::Reply* challenge = reply();
     if (challenge == nullptr) return "no challenge frame";
-    if (auto e = handshake_.BuildProofHello(*challenge, b, "test")) return *e;
+    if (Status s = handshake_.BuildProofHello(*challenge, b, "test"); !s.ok()) return s.error();
     Result<Authenticator::Step> second = Hello(b);
     if (!second) return second.error();
     if (*second != Authenticator::Step::kProceed || !node_proof_) return "no node proof";
@@ -237,19 +237,22 @@ TEST(Authenticator, ASplitTokenItSignedIsValidAndAnyOtherIsForged) {
   Authenticator a(WithSecrets({kGateway}, {kPeer}));
   const std::optional<auth::SplitToken> t = a.SignSplit("api", "hot", 4, 7, 60'000);
   ASSERT_TRUE(t.has_value());
-  std::string why;
-  EXPECT_EQ(a.CheckSplitToken(*t, "api", "hot", 4, 7, &why), Authenticator::TokenCheck::kValid);
-  EXPECT_EQ(a.CheckSplitToken(*t, "api", "hot", 8, 7, &why), Authenticator::TokenCheck::kForged);
-  EXPECT_NE(why, "");
+  EXPECT_TRUE(a.CheckSplitToken(*t, "api", "hot", 4, 7).status.ok());
+  const Authenticator::TokenCheck other_split = a.CheckSplitToken(*t, "api", "hot", 8, 7);
+  EXPECT_FALSE(other_split.status.ok());
+  EXPECT_FALSE(other_split.lapsed) << "forged";
+  EXPECT_NE(other_split.status.error(), "");
   auth::SplitToken changed = *t;
   changed[0] ^= 1;
-  EXPECT_EQ(a.CheckSplitToken(changed, "api", "hot", 4, 7, &why),
-            Authenticator::TokenCheck::kForged);
+  const Authenticator::TokenCheck altered = a.CheckSplitToken(changed, "api", "hot", 4, 7);
+  EXPECT_FALSE(altered.status.ok());
+  EXPECT_FALSE(altered.lapsed) << "forged";
   // One that lapsed long ago (valid for -1 h) was made by this cluster: lapsed, not forged.
   const std::optional<auth::SplitToken> old = a.SignSplit("api", "hot", 4, 7, -3'600'000);
   ASSERT_TRUE(old.has_value());
-  EXPECT_EQ(a.CheckSplitToken(*old, "api", "hot", 4, 7, &why),
-            Authenticator::TokenCheck::kLapsed);
+  const Authenticator::TokenCheck lapsed = a.CheckSplitToken(*old, "api", "hot", 4, 7);
+  EXPECT_FALSE(lapsed.status.ok());
+  EXPECT_TRUE(lapsed.lapsed);
 }
 
 }  // namespace

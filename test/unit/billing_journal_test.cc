@@ -254,7 +254,8 @@ TEST(BillingJournal, OneWriterThroughEveryPathToTheFileAndAcrossARewrite) {
   BillingJournal::Image image;
   image.Add(1, "usage", "a", "", 5);
   ASSERT_TRUE(j.BeginRewrite(std::move(image)));
-  ASSERT_TRUE(j.FinishRewrite()) << j.last_error();
+  const Status rewritten = j.FinishRewrite();
+  ASSERT_TRUE(rewritten.ok()) << rewritten.error();
   for (const std::string& other : {file.path, symlink.path}) {
     Result<BillingJournal::Replay> second = Reopen(other);
     ASSERT_FALSE(second.ok()) << other << " was opened after a rewrite";
@@ -289,7 +290,8 @@ TEST(BillingJournal, TheJournalIsOnlyForItsOwnerAfterOpenAndAfterARewrite) {
   BillingJournal::Image image;
   image.Add(1, "usage", "a", "", 5);
   ASSERT_TRUE(j.BeginRewrite(std::move(image)));
-  ASSERT_TRUE(j.FinishRewrite()) << j.last_error();
+  const Status rewritten = j.FinishRewrite();
+  ASSERT_TRUE(rewritten.ok()) << rewritten.error();
   EXPECT_EQ(ModeOf(file.path), 0600u) << "after a rewrite";
 }
 
@@ -329,8 +331,9 @@ TEST(BillingJournal, ARewriteNeitherFollowsNorReusesWhatIsPlantedAtItsTempPath) 
     BillingJournal::Image image;
     image.Add(1, "usage", "a", "", 5);
     ASSERT_TRUE(j.BeginRewrite(std::move(image)));
-    EXPECT_FALSE(j.FinishRewrite());
-    EXPECT_EQ(j.last_error(),
+    const Status rewritten = j.FinishRewrite();
+    EXPECT_FALSE(rewritten.ok());
+    EXPECT_EQ(rewritten.error(),
               "rewrite: " + tmp +
                   " exists already (a file or a symlink this journal did not make); it is "
                   "neither followed nor replaced");
@@ -374,7 +377,7 @@ TEST(BillingJournal, ChangesMadeDuringARewriteReachTheNewFile) {
     j.Added(1, 2);  // while the new file is written
     j.Closed(2, Reason::kPaid);
     j.Opened(3, "usage", "c", "", 1);
-    ASSERT_TRUE(j.FinishRewrite());
+    ASSERT_TRUE(j.FinishRewrite().ok());
     j.Added(3, 1);  // after the switch
     EXPECT_EQ(j.rewrites(), 1u);
   }
@@ -413,17 +416,17 @@ class Debts : public ::testing::Test {
     Result<BillingJournal::Replay> r = BillingJournal::Open(path, o);
     EXPECT_TRUE(r.ok()) << r.error();
     if (!r.ok()) return f;
-    const std::optional<std::string> error = f.RestoreDebts(
+    const Status restored = f.RestoreDebts(
         std::move(r).value(),
         [](const Policy&, std::string_view, std::string_view) { return std::string("n0:1"); });
-    EXPECT_FALSE(error.has_value()) << *error;
+    EXPECT_TRUE(restored.ok()) << restored.error();
     return f;
   }
   bool Owe(std::string_view policy, std::string_view key, int64_t cost,
            std::string_view tenant = "") {
     ResolvedRequest r;
     const client::Request req{.policy = policy, .key = key, .tenant = tenant, .cost = cost};
-    EXPECT_FALSE(resolver_->Resolve(req, r).has_value());
+    EXPECT_TRUE(resolver_->Resolve(req, r).ok());
     bool allowed = false;
     fallbacks_->Decide(r, "n0:1", [&](client::Decision d) { allowed = d.allowed; });
     return allowed;
@@ -508,7 +511,7 @@ TEST_F(Debts, TheJournalFollowsEveryChangeAndItsRewriteKeepsExactlyTheLiveDebts)
   EXPECT_EQ(before.billing_debt_units_dropped_by_reason[ClientCounters::kRefused], 3u);
   EXPECT_EQ(before.billing_debts, owed.size() + 1);
   const uint64_t grown = std::filesystem::file_size(path);
-  ASSERT_TRUE(fallbacks_->CompactJournal());
+  ASSERT_TRUE(fallbacks_->CompactJournal().ok());
   const uint64_t rewritten = std::filesystem::file_size(path);
   EXPECT_LT(rewritten * 4, grown) << "the rewrite holds the live debts only";
   EXPECT_EQ(Count().billing_journal_rewrites, 2u) << "one at start, one now";
@@ -679,7 +682,7 @@ TEST(BillingRestart, ReplayedDebtsArePaidToTheOwnersOfTheirKeysUnderTheNewRing) 
     ClientCore first(c.policies(), {"gone:1"}, sched, transport, ClientCoreOptions{});
     Result<BillingJournal::Replay> r = BillingJournal::Open(path, ByHand());
     ASSERT_TRUE(r.ok()) << r.error();
-    ASSERT_FALSE(first.RestoreBillingDebts(std::move(r).value()).has_value());
+    ASSERT_TRUE(first.RestoreBillingDebts(std::move(r).value()).ok());
     for (int i = 0; i < 20; ++i) {
       for (int n = 0; n < 3; ++n) {
         std::optional<client::Decision> d;
@@ -704,7 +707,7 @@ TEST(BillingRestart, ReplayedDebtsArePaidToTheOwnersOfTheirKeysUnderTheNewRing) 
   Result<BillingJournal::Replay> r = BillingJournal::Open(path, ByHand());
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->debts.size(), 20u);
-  ASSERT_FALSE(second->RestoreBillingDebts(std::move(r).value()).has_value());
+  ASSERT_TRUE(second->RestoreBillingDebts(std::move(r).value()).ok());
   c.sched().RunFor(3'000'000);
   const Counters paid = second->counters();
   EXPECT_EQ(paid.billing_debts, 0u);

@@ -113,7 +113,7 @@ TEST_F(DurableFullDisk, AFullDiskFailsBatchesWithinABoundAndTheStoreResumesWhenS
   store_ = std::move(opened).value();
   const uint64_t first = WriteAndWait("before", 3);
   ASSERT_TRUE(store_->Synced(first));
-  EXPECT_FALSE(store_->Unavailable().has_value());
+  EXPECT_TRUE(store_->Writable().ok());
 
   const std::string filler = mount_ + "/filler";
   ASSERT_TRUE(Fill(filler));
@@ -127,10 +127,11 @@ TEST_F(DurableFullDisk, AFullDiskFailsBatchesWithinABoundAndTheStoreResumesWhenS
       ASSERT_TRUE(store_->Synced(seq)) << "batch " << seq << " finished neither way";
   }
   ASSERT_NE(failed, 0u) << "no write failed on a full disk";
-  const std::optional<std::string> why = store_->Unavailable();
-  ASSERT_TRUE(why.has_value()) << "a failed batch leaves the store failing";
-  EXPECT_NE(why->find("durable store '" + dir_ + "' cannot write ("), std::string::npos) << *why;
-  EXPECT_NE(why->find("space"), std::string::npos) << *why;
+  const Status writable = store_->Writable();
+  ASSERT_FALSE(writable.ok()) << "a failed batch leaves the store failing";
+  const std::string& why = writable.error();
+  EXPECT_NE(why.find("durable store '" + dir_ + "' cannot write ("), std::string::npos) << why;
+  EXPECT_NE(why.find("space"), std::string::npos) << why;
   EXPECT_TRUE(store_->stats().failing);
   EXPECT_GE(store_->stats().failed_batches, 1);
   // While failing, a batch is given up at once (its replies never wait for the disk).
@@ -142,11 +143,11 @@ TEST_F(DurableFullDisk, AFullDiskFailsBatchesWithinABoundAndTheStoreResumesWhenS
   // Space again: the store resumes by itself, without a restart (bounded wait, polled).
   std::filesystem::remove(filler);
   const auto give_up = Steady::now() + std::chrono::seconds(30);
-  while (store_->Unavailable() && Steady::now() < give_up) {
+  while (!store_->Writable().ok() && Steady::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_FALSE(store_->Unavailable().has_value())
-      << "still failing 30 s after space came back: " << store_->Unavailable().value_or("");
+  const Status resumed = store_->Writable();
+  ASSERT_TRUE(resumed.ok()) << "still failing 30 s after space came back: " << resumed.error();
   EXPECT_FALSE(store_->stats().failing);
   EXPECT_GE(store_->stats().resumes, 1);
   const uint64_t after = WriteAndWait("after", 5);

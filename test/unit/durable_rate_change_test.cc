@@ -71,8 +71,9 @@ TEST_P(LoweredRate, AStateReadUnderASmallerRateIsNeverMoreGenerousAndStaysExhaus
       if (old_state.IsFresh(old_policy.rate, t)) continue;
       std::string bytes;
       durable::Encode(old_policy, name, old_state, t, kWall, bytes);
-      durable::Record r;
-      ASSERT_FALSE(durable::Decode(bytes, &r).has_value());
+      Result<durable::Record> decoded = durable::Decode(bytes);
+      ASSERT_TRUE(decoded.ok()) << decoded.error();
+      const durable::Record& r = *decoded;
       // Read back at once, by a node whose clock reads elsewhere (a restart). The window
       // algorithms count in windows aligned to each node's clock (state_transfer.h), so for
       // them the new clock is put in the same phase: what is compared is the rate change, not
@@ -133,8 +134,9 @@ TEST(ConvertFields, ARecordWithoutItsRateIsClampedToTheNewOne) {
   for (int i = 0; i < 600; ++i) state.Decide(old_policy.rate, 1'000'000, 1);
   std::string bytes;
   durable::Encode(old_policy, {DurableKeyName::kLimit, "k", ""}, state, 1'000'000, 5, bytes);
-  durable::Record r;
-  ASSERT_FALSE(durable::Decode(bytes, &r).has_value());
+  Result<durable::Record> decoded = durable::Decode(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.error();
+  durable::Record& r = *decoded;
   r.flags &= static_cast<uint8_t>(~durable::kWithRate);
   Result<std::optional<KeyLimiter>> read = durable::Import(new_policy, r, 3'000'000, 5);
   ASSERT_TRUE(read.ok()) << read.error();
@@ -149,8 +151,9 @@ TEST(ConvertFields, ARecordWithAnImpossibleRateIsMalformed) {
   std::string bytes;
   durable::Encode(policy, {DurableKeyName::kLimit, "k", ""}, state, 1'000'000, 5, bytes);
   bytes.back() = 0;  // burst 0
-  durable::Record r;
-  EXPECT_EQ(durable::Decode(bytes, &r), "malformed record rate");
+  const Result<durable::Record> decoded = durable::Decode(bytes);
+  EXPECT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.error(), "malformed record rate");
 }
 
 }  // namespace

@@ -606,8 +606,9 @@ TEST(DurableRecordTest, ARecordOfACalendarPolicyThatIsNoLongerOneIsDropped) {
   KeyLimiter state(FixedWindow::State{now - now % c.rate.window_ms(), 3});
   std::string value;
   durable::Encode(c, {DurableKeyName::kLimit, "k", ""}, state, now, wall, value);
-  durable::Record r;
-  ASSERT_EQ(durable::Decode(value, &r), std::nullopt);
+  Result<durable::Record> decoded = durable::Decode(value);
+  ASSERT_TRUE(decoded.ok()) << decoded.error();
+  const durable::Record& r = *decoded;
   Result<std::optional<KeyLimiter>> back = durable::Import(c, r, now + 1000, wall + 1000);
   ASSERT_TRUE(back.ok()) << back.error();
   ASSERT_TRUE(back->has_value());
@@ -627,8 +628,9 @@ TEST(DurableRecordTest, AStateAheadOfTheWritersClockComesBackWhole) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(state.Decide(p.rate, 10'050, 1).allowed);
   std::string value;
   durable::Encode(p, {DurableKeyName::kLimit, "k", ""}, state, /*now_ms=*/10'000, 0, value);
-  durable::Record r;
-  ASSERT_EQ(durable::Decode(value, &r), std::nullopt);
+  Result<durable::Record> decoded = durable::Decode(value);
+  ASSERT_TRUE(decoded.ok()) << decoded.error();
+  const durable::Record& r = *decoded;
   Result<std::optional<KeyLimiter>> back = durable::Import(p, r, 777, 0);
   ASSERT_TRUE(back.ok()) << back.error();
   ASSERT_TRUE(back->has_value());
@@ -654,9 +656,9 @@ TEST(DurableRecordTest, AnyBytesDecodeOrFailWithoutACrash) {
     for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
       if (!bytes.empty()) bytes[rng() % bytes.size()] = static_cast<char>(rng());
     }
-    durable::Record r;
-    if (durable::Decode(bytes, &r) == std::nullopt) {
-      (void)durable::Import(p, r, 1300, 10);  // an error or a state: never a crash
+    const Result<durable::Record> r = durable::Decode(bytes);
+    if (r.ok()) {
+      (void)durable::Import(p, *r, 1300, 10);  // an error or a state: never a crash
     }
   }
 }

@@ -150,12 +150,13 @@ TEST_F(HotKeysTest, AKeyPastTheThresholdSplitsWithASignedViewAndOthersDoNot) {
   EXPECT_EQ(view->valid_ms, 2000);
   EXPECT_EQ(view->retry_after_ms, 0);
   ASSERT_TRUE(view->token.has_value());
-  std::string why;
-  EXPECT_EQ(auth_.CheckSplitToken(*view->token, "api", "hot", 4, view->epoch, &why),
-            Authenticator::TokenCheck::kValid)
-      << why;
-  EXPECT_EQ(auth_.CheckSplitToken(*view->token, "api", "hot", 4, view->epoch + 1, &why),
-            Authenticator::TokenCheck::kForged);
+  const Authenticator::TokenCheck valid =
+      auth_.CheckSplitToken(*view->token, "api", "hot", 4, view->epoch);
+  EXPECT_TRUE(valid.status.ok()) << valid.status.error();
+  const Authenticator::TokenCheck other_epoch =
+      auth_.CheckSplitToken(*view->token, "api", "hot", 4, view->epoch + 1);
+  EXPECT_FALSE(other_epoch.status.ok());
+  EXPECT_FALSE(other_epoch.lapsed) << "forged";
   EXPECT_FALSE(ViewOf("cold").has_value());
   // The split key keeps its slot, so that it can reopen drained.
   EXPECT_NE(Available("hot"), -1);

@@ -170,10 +170,10 @@ TEST(Reshaped, AWindowKeepsItsCount) {
   EXPECT_EQ(Admits(Reshaped(k, big, small, 200), small, 200, 10), 2);
   for (Algorithm a : {Algorithm::kSlidingLog, Algorithm::kLeakyBucket, Algorithm::kFixedWindow,
                       Algorithm::kSlidingWindow}) {
-    EXPECT_TRUE(GlobalScopeError(a).has_value()) << AlgorithmName(a);
+    EXPECT_FALSE(GlobalScopeError(a).ok()) << AlgorithmName(a);
   }
-  EXPECT_FALSE(GlobalScopeError(Algorithm::kGcra).has_value());
-  EXPECT_FALSE(GlobalScopeError(Algorithm::kTokenBucket).has_value());
+  EXPECT_TRUE(GlobalScopeError(Algorithm::kGcra).ok());
+  EXPECT_TRUE(GlobalScopeError(Algorithm::kTokenBucket).ok());
 }
 
 }  // namespace

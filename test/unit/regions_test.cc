@@ -58,7 +58,7 @@ class Regions : public ::testing::Test {
     for (const char* other : {"ap", "eu", "us"}) {
       if (other != name) o.regions.others.push_back({other, {Address(other)}, ""});
     }
-    EXPECT_FALSE(RegionShares::Check(policies_, o.regions).has_value());
+    EXPECT_TRUE(RegionShares::Check(policies_, o.regions).ok());
     r.node = std::make_unique<Node>(policies_, *r.clock, o);
     r.worker = &r.node->AddWorker();
   }
@@ -358,8 +358,8 @@ TEST(RegionOptionsCheck, EachMistakeIsNamed) {
   Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
   ASSERT_TRUE(p.ok()) << p.error();
   const auto error = [&](RegionOptions o) {
-    std::optional<std::string> e = RegionShares::Check(*p, o);
-    return e.value_or("(none)");
+    const Status checked = RegionShares::Check(*p, o);
+    return checked.ok() ? std::string("(none)") : checked.error();
   };
   RegionOptions o;
   EXPECT_EQ(error(o), "(none)");  // no regions at all

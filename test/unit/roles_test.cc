@@ -78,10 +78,10 @@ class Roles : public ::testing::Test {
     h.BuildNonceHello(b, "test");
     const wire::Reply& challenge = Send(c, b.Finish());
     EXPECT_EQ(c.after, Node::AfterFrame::kContinue) << ErrorOf(challenge);
-    if (auto e = h.BuildProofHello(challenge, b, "test")) ADD_FAILURE() << *e;
+    if (Status s = h.BuildProofHello(challenge, b, "test"); !s.ok()) ADD_FAILURE() << s.error();
     const wire::Reply& proved = Send(c, b.Finish());
     EXPECT_EQ(c.after, Node::AfterFrame::kContinue) << ErrorOf(proved);
-    if (auto e = h.CheckNode(proved)) ADD_FAILURE() << *e;
+    if (Status s = h.CheckNode(proved); !s.ok()) ADD_FAILURE() << s.error();
     return c;
   }
   Connection Gateway() { return Open(ClientHandshake(kGateway, "a:1")); }
@@ -95,7 +95,7 @@ class Roles : public ::testing::Test {
     RequestBuilder b;
     h.BuildNonceHello(b, "test");
     const wire::Reply& challenge = Send(c, b.Finish());
-    if (auto e = h.BuildProofHello(challenge, b, "test")) return *e;
+    if (Status s = h.BuildProofHello(challenge, b, "test"); !s.ok()) return s.error();
     const wire::Reply& proved = Send(c, b.Finish());
     if (c.after == Node::AfterFrame::kClose) return ErrorOf(proved);
     return "";
@@ -333,24 +333,24 @@ TEST(RolesWithoutSecrets, ANodeThatAuthenticatesNobodyTrustsEveryPeerAsBefore) {
 TEST(Credentials, APeerSecretOfItsOwnIsNeededByANodeOfACluster) {
   NodeConfig c;
   const auth::Secrets gateway{{kGateway}}, peer{{kPeer}};
-  EXPECT_FALSE(CheckCredentials(c, gateway, {}).has_value());  // standalone: no peers
+  EXPECT_TRUE(CheckCredentials(c, gateway, {}).ok());  // standalone: no peers
   c.node.members = kTwo;
-  std::optional<std::string> missing = CheckCredentials(c, gateway, {});
-  ASSERT_TRUE(missing.has_value());
-  EXPECT_NE(missing->find("needs a peer credential"), std::string::npos) << *missing;
-  EXPECT_FALSE(CheckCredentials(c, gateway, peer).has_value());
-  std::optional<std::string> same = CheckCredentials(c, gateway, auth::Secrets{{kPeer, kGateway}});
-  ASSERT_TRUE(same.has_value());
-  EXPECT_NE(same->find("also a gateway secret"), std::string::npos) << *same;
+  const Status missing = CheckCredentials(c, gateway, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("needs a peer credential"), std::string::npos) << missing.error();
+  EXPECT_TRUE(CheckCredentials(c, gateway, peer).ok());
+  const Status same = CheckCredentials(c, gateway, auth::Secrets{{kPeer, kGateway}});
+  ASSERT_FALSE(same.ok());
+  EXPECT_NE(same.error().find("also a gateway secret"), std::string::npos) << same.error();
   // Client certificates authenticate gateways too; a peer CA is then the peer credential.
   c.server.tls.ca_file = "ca.pem";
-  EXPECT_TRUE(CheckCredentials(c, {}, {}).has_value());
+  EXPECT_FALSE(CheckCredentials(c, {}, {}).ok());
   c.server.tls.peer_ca_file = "peer-ca.pem";
-  EXPECT_FALSE(CheckCredentials(c, {}, {}).has_value());
+  EXPECT_TRUE(CheckCredentials(c, {}, {}).ok());
   // A node that authenticates nobody (loopback, or --insecure) trusts its peers as before.
   NodeConfig open;
   open.node.members = kTwo;
-  EXPECT_FALSE(CheckCredentials(open, {}, {}).has_value());
+  EXPECT_TRUE(CheckCredentials(open, {}, {}).ok());
 }
 
 TEST(Credentials, TheKeySeedIsOneValueAndEachKindHasItsOwnVariables) {
