@@ -128,12 +128,12 @@ int RunRegionsBench(const RegionsBenchOptions& o, std::ostream& out, std::ostrea
     co.members = {regions[i].node.address};
     co.policy_file = policies;
     co.deadline = std::chrono::milliseconds(200);
-    std::string error;
-    regions[i].client = client::Client::Create(co, &error);
-    if (!regions[i].client) {
-      err << "limiter-bench regions: " << error << '\n';
+    Result<std::unique_ptr<client::Client>> client = client::Client::Create(co);
+    if (!client) {
+      err << "limiter-bench regions: " << client.error() << '\n';
       return 1;
     }
+    regions[i].client = std::move(client).value();
   }
 
   const double duration = o.phase_s * o.phases;

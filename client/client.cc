@@ -91,32 +91,28 @@ class RealClient final : public Client {
 
 }  // namespace
 
-std::unique_ptr<Client> Client::Create(const Options& options, std::string* error) {
-  auto fail = [&](std::string why) -> std::unique_ptr<Client> {
-    if (error) *error = std::move(why);
-    return nullptr;
-  };
-  if (options.policy_file.empty()) return fail("no policy file (Options::policy_file)");
+Result<std::unique_ptr<Client>> Client::Create(const Options& options) {
+  if (options.policy_file.empty()) return Error{"no policy file (Options::policy_file)"};
   Result<PolicySet> policies = LoadPolicyFile(options.policy_file);
-  if (!policies) return fail(policies.error());
+  if (!policies) return policies.status();
   std::vector<std::string> members = options.members;
   if (!options.members_dns.empty()) {
     Result<std::vector<std::string>> resolved = ResolveMembers(options.members_dns);
-    if (!resolved) return fail("members_dns: " + resolved.error());
+    if (!resolved) return Error{"members_dns: " + resolved.error()};
     members = std::move(resolved).value();
   }
-  if (members.empty()) return fail("no members: give Options::members or members_dns");
+  if (members.empty()) return Error{"no members: give Options::members or members_dns"};
   for (const std::string& m : members) {
     Result<std::vector<std::string>> one = ParseMemberList(m);
-    if (!one) return fail(one.error());
+    if (!one) return one.status();
   }
-  if (options.deadline.count() <= 0) return fail("the deadline must be positive");
-  if (options.gateways < 1) return fail("gateways must be at least 1");
+  if (options.deadline.count() <= 0) return Error{"the deadline must be positive"};
+  if (options.gateways < 1) return Error{"gateways must be at least 1"};
   const TlsOptions tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file, {}};
   Result<NodeAccess> access = LoadNodeAccess(options.secret_file, tls);
-  if (!access) return fail(access.error());
+  if (!access) return access.status();
   if (options.billing_journal_sync.count() < 0) {
-    return fail("billing_journal_sync must not be negative");
+    return Error{"billing_journal_sync must not be negative"};
   }
   // The journal first: a malformed one or one in use stops the client before it starts.
   std::optional<BillingJournal::Replay> replay;
@@ -124,17 +120,15 @@ std::unique_ptr<Client> Client::Create(const Options& options, std::string* erro
     BillingJournalOptions j;
     j.sync_interval_ms = options.billing_journal_sync.count();
     Result<BillingJournal::Replay> opened = BillingJournal::Open(options.billing_journal, j);
-    if (!opened) return fail(opened.error());
+    if (!opened) return opened.status();
     replay = std::move(opened).value();
   }
   auto client = std::make_unique<RealClient>(std::move(policies).value(), std::move(members),
                                              options, std::move(access).value());
   if (replay) {
-    if (Status s = client->RestoreBillingDebts(std::move(*replay)); !s.ok()) {
-      return fail(s.error());
-    }
+    if (Status s = client->RestoreBillingDebts(std::move(*replay)); !s.ok()) return s;
   }
-  return client;
+  return std::unique_ptr<Client>(std::move(client));
 }
 
 }  // namespace limiter::client

@@ -2,6 +2,7 @@
 // Usage: gateway_example POLICY_FILE HOST:PORT[,HOST:PORT...] API_KEY TENANT
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "limiter/client/client.h"
 #include "limiter/client/http.h"
@@ -15,12 +16,12 @@ int main(int argc, char** argv) {
   options.policy_file = argv[1];             // the file the nodes load
   options.members = {argv[2]};               // or members_dns = "limiterd.ns.svc:7450"
   options.gateways = 40;                     // contract limits fall back to L/40 each
-  std::string error;
-  auto limiter = limiter::client::Client::Create(options, &error);
-  if (!limiter) {
-    std::cerr << error << '\n';
+  auto created = limiter::client::Client::Create(options);  // the client, or why not
+  if (!created.ok()) {
+    std::cerr << created.error() << '\n';
     return 1;
   }
+  auto limiter = std::move(created).value();  // std::unique_ptr<limiter::client::Client>
   // Per request: one call, answered within the deadline (2 ms) whatever the cluster does.
   limiter::client::Decision d =
       limiter->Decide({.policy = "api_key", .key = argv[3], .tenant = argv[4], .operation = "report"});

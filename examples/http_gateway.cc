@@ -122,13 +122,13 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::string error;
-  std::unique_ptr<limiter::client::Client> client =
-      limiter::client::Client::Create(options, &error);
-  if (!client) {
-    std::cerr << "limiter-gateway: " << error << '\n';
+  limiter::Result<std::unique_ptr<limiter::client::Client>> created =
+      limiter::client::Client::Create(options);
+  if (!created.ok()) {
+    std::cerr << "limiter-gateway: " << created.error() << '\n';
     return 1;
   }
+  std::unique_ptr<limiter::client::Client> client = std::move(created).value();
 
   httplib::Server server;
   server.set_tcp_nodelay(true);  // else a kept-alive connection waits for delayed ACKs (40 ms)

@@ -43,12 +43,12 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
   options.tls_ca_file = args.tls.ca_file;
   options.tls_cert_file = args.tls.cert_file;
   options.tls_key_file = args.tls.key_file;
-  std::string error;
-  std::unique_ptr<client::Client> c = client::Client::Create(options, &error);
-  if (!c) {
-    err << "limiterctl check: " << error << '\n';
+  Result<std::unique_ptr<client::Client>> created = client::Client::Create(options);
+  if (!created) {
+    err << "limiterctl check: " << created.error() << '\n';
     return 1;
   }
+  std::unique_ptr<client::Client> c = std::move(created).value();
   std::atomic<int64_t> next{0}, allowed{0}, denied{0}, errors{0};
   std::array<std::atomic<int64_t>, 3> by_source{};
   std::string first_error;

@@ -56,12 +56,12 @@ TEST(BillingJournalProcess, AGatewayKilledWithSigkillPaysWhatItAdmittedOnceResta
   o.members = {nowhere};
   o.policy_file = policies;
   o.billing_journal = journal;
-  std::string error;
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_NE(error.find("billing journal " + journal + ": in use by another gateway (pid " +
-                       std::to_string(first->pid()) + ")"),
+  Result<std::unique_ptr<client::Client>> held = client::Client::Create(o);
+  EXPECT_FALSE(held.ok());
+  EXPECT_NE(held.error().find("billing journal " + journal + ": in use by another gateway (pid " +
+                              std::to_string(first->pid()) + ")"),
             std::string::npos)
-      << error;
+      << held.error();
 
   // 2. Killed: nothing runs after the last decision (no destructor, no sync).
   first->Signal(SIGKILL);
@@ -115,10 +115,10 @@ TEST(BillingJournalProcess, AMalformedJournalStopsTheGatewayWithAClearError) {
   o.members = {"127.0.0.1:1"};
   o.policy_file = policies;
   o.billing_journal = journal;
-  std::string error;
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_EQ(error, "billing journal " + journal +
-                       ": not a billing journal (it does not start with \"LIMBJRNL\")");
+  Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+  EXPECT_FALSE(created.ok());
+  EXPECT_EQ(created.error(), "billing journal " + journal +
+                                 ": not a billing journal (it does not start with \"LIMBJRNL\")");
   for (const std::string& path : {journal, journal + ".lock", policies}) {
     std::filesystem::remove(path);
   }

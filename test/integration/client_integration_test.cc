@@ -56,10 +56,9 @@ class Cluster : public ::testing::Test {
     o.gateways = 1;
     // Sanitizer builds are slow; deadlines themselves are tested in the simulation.
     o.deadline = std::chrono::milliseconds(50);
-    std::string error;
-    auto c = client::Client::Create(o, &error);
-    EXPECT_NE(c, nullptr) << error;
-    return c;
+    Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    EXPECT_TRUE(created.ok()) << created.error();
+    return created.ok() ? std::move(created).value() : nullptr;
   }
 
   // A key whose owner is `address`.
@@ -283,9 +282,9 @@ TEST(ClientTeardown, DestroyingTheClientWhileItProbesIsClean) {
   o.policy_file = testing::WriteTempFile("teardown_policies.yaml", kPolicies);
   o.members = {"127.0.0.1:" + std::to_string(testing::PickFreePort())};  // nobody listens
   for (int i = 0; i < 12; ++i) {
-    std::string error;
-    auto c = client::Client::Create(o, &error);
-    ASSERT_NE(c, nullptr) << error;
+    Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    ASSERT_TRUE(created.ok()) << created.error();
+    std::unique_ptr<client::Client> c = std::move(created).value();
     for (int k = 0; k < 4; ++k) {
       EXPECT_EQ(c->Decide({"api", "k" + std::to_string(k)}).source, Source::kFallback);
     }
@@ -296,29 +295,30 @@ TEST(ClientTeardown, DestroyingTheClientWhileItProbesIsClean) {
 }
 
 TEST(ClientOptions, BadOptionsAreOneClearError) {
-  std::string error;
+  // Why Create refused `o` (empty when it did not).
+  auto refusal = [](const client::Options& o) {
+    const Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    EXPECT_FALSE(created.ok());
+    return created.error();
+  };
   client::Options o;
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_EQ(error, "no policy file (Options::policy_file)");
+  EXPECT_EQ(refusal(o), "no policy file (Options::policy_file)");
   o.policy_file = "/nonexistent.yaml";
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_EQ(error, "/nonexistent.yaml: cannot open the policy file");
+  EXPECT_EQ(refusal(o), "/nonexistent.yaml: cannot open the policy file");
   o.policy_file = testing::WriteTempFile("opts_policies.yaml", kPolicies);
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_EQ(error, "no members: give Options::members or members_dns");
+  EXPECT_EQ(refusal(o), "no members: give Options::members or members_dns");
   o.members = {"nohost"};
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
-  EXPECT_EQ(error, "member 'nohost' is not HOST:PORT with a port 1-65535");
+  EXPECT_EQ(refusal(o), "member 'nohost' is not HOST:PORT with a port 1-65535");
   o.members = {"127.0.0.1:7450"};
   o.secret_file = "/nonexistent/secret";
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  std::string error = refusal(o);
   EXPECT_NE(error.find("/nonexistent/secret"), std::string::npos) << error;
   o.secret_file = testing::WriteTempFile("short_secret", "short\n");
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  error = refusal(o);
   EXPECT_NE(error.find("at least 16"), std::string::npos) << error;
   o.secret_file.clear();
   o.tls_ca_file = "/nonexistent/ca.pem";
-  EXPECT_EQ(client::Client::Create(o, &error), nullptr);
+  error = refusal(o);
   EXPECT_NE(error.find("/nonexistent/ca.pem"), std::string::npos) << error;
 }
 
@@ -339,10 +339,9 @@ TEST(ClientSecret, OnlyAGatewayWithTheSecretIsServed) {
     o.policy_file = policies;
     o.deadline = std::chrono::milliseconds(200);
     o.secret_file = secret_file;
-    std::string error;
-    auto c = client::Client::Create(o, &error);
-    EXPECT_NE(c, nullptr) << error;
-    return c;
+    Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    EXPECT_TRUE(created.ok()) << created.error();
+    return created.ok() ? std::move(created).value() : nullptr;
   };
   auto with = make(secret);
   for (int i = 0; i < 5; ++i) {

@@ -112,9 +112,9 @@ TEST_P(DurableKill, KilledTwentyTimesTheQuotaKeepsEveryAcknowledgedCharge) {
   o.policy_file = policies_;
   o.gateways = 1;
   o.deadline = std::chrono::milliseconds(50);  // sanitizer builds are slow
-  std::string error;
-  std::unique_ptr<client::Client> gateway = client::Client::Create(o, &error);
-  ASSERT_NE(gateway, nullptr) << error;
+  Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+  ASSERT_TRUE(created.ok()) << created.error();
+  std::unique_ptr<client::Client> gateway = std::move(created).value();
 
   Seen seen[2];
   std::atomic<bool> stop{false};

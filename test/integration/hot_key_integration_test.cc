@@ -72,9 +72,9 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   o.members = addresses;
   o.policy_file = policies;
   o.deadline = std::chrono::milliseconds(50);  // sanitizer builds are slow
-  std::string error;
-  auto client = client::Client::Create(o, &error);
-  ASSERT_NE(client, nullptr) << error;
+  Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+  ASSERT_TRUE(created.ok()) << created.error();
+  std::unique_ptr<client::Client> client = std::move(created).value();
 
   std::mutex mu;
   std::vector<int64_t> hot_admitted;  // guarded by mu

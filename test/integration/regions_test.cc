@@ -105,9 +105,9 @@ class RegionsLoopback : public ::testing::Test {
       o.policy_file = policies_;
       o.secret_file = secret;
       o.deadline = 200ms;
-      std::string error;
-      r.client = client::Client::Create(o, &error);
-      ASSERT_NE(r.client, nullptr) << error;
+      Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+      ASSERT_TRUE(created.ok()) << created.error();
+      r.client = std::move(created).value();
     }
   }
   void TearDown() override {

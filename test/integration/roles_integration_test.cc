@@ -138,9 +138,9 @@ TEST_F(RolesCluster, AGatewayCannotJoinItsOwnListenerAndTakeKeys) {
   o.policy_file = policies_;
   o.secret_file = secret_;
   o.deadline = std::chrono::milliseconds(500);
-  std::string error;
-  auto client = client::Client::Create(o, &error);
-  ASSERT_NE(client, nullptr) << error;
+  Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+  ASSERT_TRUE(created.ok()) << created.error();
+  std::unique_ptr<client::Client> client = std::move(created).value();
   int allowed = 0;
   for (int i = 0; i < 20; ++i) allowed += client->Decide({"login", "victim"}).allowed;
   EXPECT_EQ(allowed, 5);

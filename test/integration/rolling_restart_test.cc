@@ -263,9 +263,9 @@ class RollingRestart : public ::testing::Test {
     o.policy_file = policies_;
     // Generous: a loaded (sanitizer) machine must not turn node answers into fallbacks.
     o.deadline = 200ms;
-    std::string error;
-    client_ = client::Client::Create(o, &error);
-    ASSERT_NE(client_, nullptr) << error;
+    Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    ASSERT_TRUE(created.ok()) << created.error();
+    client_ = std::move(created).value();
     load_ = std::make_unique<Load>(*client_, keys_);
     load_started_us_ = NowUs();
     load_->Start();

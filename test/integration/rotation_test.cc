@@ -69,10 +69,9 @@ class RotationThenRollingRestart : public ::testing::Test {
     o.policy_file = policies_;
     o.secret_file = gateway_secret_;
     o.deadline = std::chrono::milliseconds(500);
-    std::string error;
-    auto c = client::Client::Create(o, &error);
-    EXPECT_NE(c, nullptr) << error;
-    return c;
+    Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+    EXPECT_TRUE(created.ok()) << created.error();
+    return created.ok() ? std::move(created).value() : nullptr;
   }
 
   // Whether a connection to `address` proving `secret` as a gateway (or, with `peer`, the

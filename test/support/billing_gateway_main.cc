@@ -60,12 +60,12 @@ int main(int argc, char** argv) {
     }
   }
   o.deadline = std::chrono::milliseconds(50);  // sanitizer builds are slow
-  std::string error;
-  std::unique_ptr<client::Client> c = client::Client::Create(o, &error);
-  if (!c) {
-    std::printf("error: %s\n", error.c_str());
+  limiter::Result<std::unique_ptr<client::Client>> created = client::Client::Create(o);
+  if (!created.ok()) {
+    std::printf("error: %s\n", created.error().c_str());
     return 1;
   }
+  std::unique_ptr<client::Client> c = std::move(created).value();
   int64_t admitted = 0;
   for (int k = 0; k < keys; ++k) {
     const std::string key = "acct-" + std::to_string(k);

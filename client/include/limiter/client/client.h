@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <utility>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "limiter/status.h"
 
 namespace limiter::client {
 
@@ -187,8 +189,9 @@ struct Counters {
 
 class Client {
  public:
-  // nullptr and *error set when the options cannot work (bad policy file, no members).
-  static std::unique_ptr<Client> Create(const Options& options, std::string* error);
+  // The client, or why the options cannot work (bad policy file, no members, a malformed
+  // billing journal).
+  static Result<std::unique_ptr<Client>> Create(const Options& options);
   virtual ~Client() = default;
 
   // Blocks for at most about the deadline.
