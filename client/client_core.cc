@@ -44,33 +44,46 @@ void ClientCore::Answer(ClientDecision d, const Done& done) {
   done(std::move(d));
 }
 
+ClientCore::Target ClientCore::OwnerTarget(uint32_t slot) const {
+  Target t;
+  if (const Routing::Node* owner = routing_.Current().OwnerOfSlot(slot)) {
+    t.node = owner->address;
+    t.down = Routing::IsDown(*owner);
+  }
+  return t;
+}
+
 void ClientCore::Fallback(const ResolvedRequest& r, Done done) {
-  fallbacks_.Decide(r, routing_.OwnerOf(r.routing()), std::move(done));
+  fallbacks_.Decide(r, OwnerTarget(r.slot()).node, std::move(done));
 }
 
 bool ClientCore::TryLocal(const client::Request& req, ClientDecision* out) {
-  // Only keys that already have a bucket, found by their identity without resolving the
-  // policy (a request naming a tenant for a policy that does not nest takes the slow path).
-  if (req.key.empty() || req.key.size() > kMaxKeyBytes || req.tenant.size() > kMaxKeyBytes ||
-      req.policy.size() > kMaxNameBytes || req.operation.size() > kMaxNameBytes) {
-    return false;
-  }
-  const KeyId id = protocol::LimitIdOfRequest(req.policy, req.key, req.tenant);
+  ResolvedRequest r;
+  if (!resolver_.Resolve(req, r).ok() || r.never || !r.lease) return false;
+  return SpendHeld(r, out);
+}
+
+bool ClientCore::SpendHeld(const ResolvedRequest& r, ClientDecision* out) {
   bool refill = false;
-  if (!buckets_.TrySpend(id, req.operation, req.cost, scheduler_.NowCoarseUs(), out, &refill)) {
-    return false;
-  }
-  if (refill) scheduler_.Post([this, id] { StartLease(id); });
+  if (!buckets_.TrySpend(r, scheduler_.NowCoarseUs(), out, &refill)) return false;
+  if (refill) scheduler_.Post([this, id = r.id] { StartLease(id); });
   return true;
 }
 
 ClientDecision ClientCore::Decide(const client::Request& req) {
-  ClientDecision d;
-  if (TryLocal(req, &d)) return d;
-  std::promise<ClientDecision> answer;
-  std::future<ClientDecision> result = answer.get_future();
-  DecideAsync(req, [&answer](ClientDecision decided) { answer.set_value(std::move(decided)); });
-  return result.get();  // the deadline timers guarantee an answer
+  // Resolved once (its policy, identity and ring slot): every step below works from it.
+  ResolvedRequest r;
+  ClientDecision d;  // the one object returned (no copy)
+  if (Status s = resolver_.Resolve(req, r); !s.ok()) {
+    d = resolver_.Denied(r, s.error());
+    counters_.Count(d);
+  } else if (!r.lease || r.never || !SpendHeld(r, &d)) {
+    std::promise<ClientDecision> answer;
+    std::future<ClientDecision> result = answer.get_future();
+    DecideResolved(r, [&answer](ClientDecision decided) { answer.set_value(std::move(decided)); });
+    d = result.get();  // the deadline timers guarantee an answer
+  }
+  return d;
 }
 
 void ClientCore::DecideAsync(const client::Request& req, Done done) {
@@ -78,6 +91,10 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   if (Status s = resolver_.Resolve(req, r); !s.ok()) {
     return Answer(resolver_.Denied(r, s.error()), done);
   }
+  DecideResolved(r, std::move(done));
+}
+
+void ClientCore::DecideResolved(const ResolvedRequest& r, Done done) {
   if (r.never) return Answer(resolver_.Never(r), done);
   const int64_t now_us = scheduler_.NowUs();
   if (r.lease) {
@@ -88,8 +105,9 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
     bool refill = false, start_lease = false;
     std::string owner;
     const auto owner_up = [&] {
-      owner = routing_.OwnerOf(r.routing());
-      return !owner.empty() && !routing_.IsDown(owner);
+      const Target t = OwnerTarget(r.slot());
+      owner = t.node;
+      return !t.node.empty() && !t.down;
     };
     switch (buckets_.SpendOrQueue(r, now_us, done, &d, &refill, &start_lease, owner_up)) {
       case LeaseBuckets::Step::kAnswered:
@@ -106,7 +124,7 @@ void ClientCore::DecideAsync(const client::Request& req, Done done) {
   }
   // A strict check: its owner and health looked up once; the check goes there as it is.
   Target target = TargetOf(r);
-  if (target.node.empty() || routing_.IsDown(target.node)) {
+  if (target.node.empty() || target.down) {
     fallbacks_.Decide(r, target.node, std::move(done));
     return;
   }
@@ -126,11 +144,13 @@ void ClientCore::StartLease(const KeyId& id, CallTries tries, Target via) {
   const Policy& p = policies_.policies()[static_cast<size_t>(ask->policy)];
   Target target = std::move(via);
   if (target.node.empty()) {
-    if (std::optional<SubBucket> picked = PickSplit(p, ask->key)) target.sub = *picked;
-    target.node = OwnerFor(p, ask->key, ask->tenant, target.sub);
+    const std::optional<SubBucket> picked = PickSplit(p, id);
+    target = picked ? SubBucketTarget(ask->key, *picked) : OwnerTarget(RingSlotOf(id));
+  } else {
+    target.down = routing_.IsDown(target.node);
   }
   const int64_t wanted = ask->units;
-  if (target.node.empty() || routing_.IsDown(target.node)) {
+  if (target.node.empty() || target.down) {
     return Settle(id, buckets_.OnFailed(id));  // the owner is down: the class decides
   }
   OpSpec op;
@@ -296,9 +316,13 @@ void ClientCore::ArmWaiterTimer(const KeyId& id, int64_t at_us) {
 // ----- strict checks -----
 
 ClientCore::Target ClientCore::TargetOf(const ResolvedRequest& r) {
-  Target t;
-  if (std::optional<SubBucket> picked = PickSplit(*r.policy, r.key)) t.sub = *picked;
-  t.node = OwnerFor(*r.policy, r.key, r.tenant, t.sub);
+  const std::optional<SubBucket> picked = PickSplit(*r.policy, r.id);
+  return picked ? SubBucketTarget(r.key, *picked) : OwnerTarget(r.slot());
+}
+
+ClientCore::Target ClientCore::SubBucketTarget(std::string_view key, const SubBucket& sub) const {
+  Target t = OwnerTarget(Ring::SlotOf(protocol::SubBucketRoutingKey(key, sub.index)));
+  t.sub = sub;
   return t;
 }
 
@@ -309,9 +333,7 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, Ca
   const int64_t left = deadline_at_us - now_us;
   if (target.node.empty()) {
     target = TargetOf(r);
-    if (target.node.empty() || routing_.IsDown(target.node)) {
-      return Fallback(r, std::move(*done));
-    }
+    if (target.node.empty() || target.down) return Fallback(r, std::move(*done));
   }
   if (left <= 0) return Fallback(r, std::move(*done));
   const SubBucket sub = target.sub;
@@ -387,7 +409,7 @@ void ClientCore::OnCheck(const SharedRequest& req, const SharedDone& done, CallT
       splits_.NoteOpened(*r.policy, r.key, sub);
     } else if (std::optional<int64_t> at =
                    WaitForNewSubBucket(*r.policy, r.key, sub, a, deadline_at_us, tries, false)) {
-      Target again{OwnerFor(*r.policy, r.key, r.tenant, sub), sub};
+      const Target again = sub.k != 0 ? SubBucketTarget(r.key, sub) : OwnerTarget(r.slot());
       scheduler_.After(*at - scheduler_.NowUs(),
                        [this, req, done, tries, deadline_at_us, again = std::move(again)] {
                          StartCheck(req, done, tries, deadline_at_us, again);
@@ -426,10 +448,10 @@ std::string ClientCore::OwnerFor(const Policy& p, std::string_view key, std::str
   return routing_.OwnerOf(protocol::SubBucketRoutingKey(key, sub.index));
 }
 
-std::optional<SubBucket> ClientCore::PickSplit(const Policy& p, std::string_view key) {
+std::optional<SubBucket> ClientCore::PickSplit(const Policy& p, const KeyId& id) {
   bool renew = false;
-  std::optional<SubBucket> sub = splits_.Pick(p, key, scheduler_.NowUs(), &renew);
-  if (renew) scheduler_.Post([this, id = SplitViews::IdOf(p, key)] { RenewSplit(id); });
+  std::optional<SubBucket> sub = splits_.Pick(p, id, scheduler_.NowUs(), &renew);
+  if (renew) scheduler_.Post([this, id] { RenewSplit(id); });
   return sub;
 }
 
@@ -545,7 +567,7 @@ void ClientCore::Call(const std::string& address, OpSpec op, int64_t timeout_us,
 void ClientCore::AskMembers(const std::string& down) {
   // A node that refuses connections may have left the cluster (a scale-in, a node drained
   // while this gateway sent it nothing): another member has the list without it, if so.
-  const std::shared_ptr<const Routing::Membership> m = routing_.membership();
+  const std::shared_ptr<const Routing::View> m = routing_.membership();
   const auto& members = m->ring->members();
   if (members.size() < 2) return;
   const size_t start = static_cast<size_t>(scheduler_.NowUs()) % members.size();

@@ -71,6 +71,14 @@ struct CallTries {
   int64_t sent_us = 0;          // when this call went out (the scheduler's clock)
 };
 
+// Where an op goes: a node, and the bucket of the key there; whether the node was down when
+// the target was chosen.
+struct CallTarget {
+  std::string node;
+  SubBucket sub;
+  bool down = false;
+};
+
 class ClientCore {
  public:
   using Done = std::function<void(client::Decision)>;
@@ -112,11 +120,15 @@ class ClientCore {
   void Answer(client::Decision d, const Done& done);
   void Fallback(const ResolvedRequest& r, Done done);
 
-  // Where an op goes: a node, and the bucket of the key there.
-  struct Target {
-    std::string node;
-    SubBucket sub;
-  };
+  using Target = CallTarget;
+  // The owner of a ring slot (empty node: no members), from the list this thread last read.
+  Target OwnerTarget(uint32_t slot) const;
+  // Sub-bucket `sub` of `key`: the owner of "key#index".
+  Target SubBucketTarget(std::string_view key, const SubBucket& sub) const;
+  // The request's held units, when its bucket can answer alone.
+  bool SpendHeld(const ResolvedRequest& r, client::Decision* out);
+  // Decide from a request resolved once.
+  void DecideResolved(const ResolvedRequest& r, Done done);
   // Leases, on the scheduler's thread. An empty `via`: the key's own target, found now (else
   // the owner a WrongOwner reply named, or the sub-bucket asked again).
   void StartLease(const KeyId& id, CallTries tries = {}, Target via = {});
@@ -146,7 +158,7 @@ class ClientCore {
   std::optional<std::string> FollowWrongOwner(const OpAnswer& a);
   std::string OwnerFor(const Policy& p, std::string_view key, std::string_view tenant,
                        const SubBucket& sub) const;
-  std::optional<SubBucket> PickSplit(const Policy& p, std::string_view key);
+  std::optional<SubBucket> PickSplit(const Policy& p, const KeyId& id);
   void RenewSplit(const KeyId& split_id);
   // An answer from a sub-bucket that this gateway's view of the split is out of date (a
   // SplitChanged status, or any refusal): the view is replaced by the split the answer

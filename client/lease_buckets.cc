@@ -187,23 +187,12 @@ bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
   return true;
 }
 
-bool LeaseBuckets::TrySpend(const KeyId& id, std::string_view operation, int64_t cost,
-                            int64_t now_us, client::Decision* out, bool* refill) {
-  Shard& shard = ShardOf(id);
+bool LeaseBuckets::TrySpend(const ResolvedRequest& r, int64_t now_us, client::Decision* out,
+                            bool* refill) {
+  Shard& shard = ShardOf(r.id);
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.buckets.find(id);
-  if (it == shard.buckets.end()) return false;
-  Bucket& b = it->second;
-  const Policy& p = policies_.policies()[static_cast<size_t>(b.policy)];
-  if (!operation.empty()) {
-    // An operation that costs the chain's limits differently is a CHECK, not a lease.
-    if (!policies_.LeasesAlike(p, operation)) return false;
-    cost = p.CostOf(operation);
-  } else if (cost < 1 || cost > kMaxCost) {
-    return false;
-  }
-  if (cost > capacity_[static_cast<size_t>(b.policy)]) return false;  // never: said elsewhere
-  return Spend(shard, b, cost, now_us, out, refill);
+  auto it = shard.buckets.find(r.id);
+  return it != shard.buckets.end() && Spend(shard, it->second, r.cost, now_us, out, refill);
 }
 
 LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us,

@@ -56,10 +56,11 @@ class LeaseBuckets {
 
   // --- the request path ---
 
-  // The answer of an existing bucket that can answer alone: spending held units, or denying
-  // while the owner has said the key is out. *refill: start a background lease (StartLease).
-  bool TrySpend(const KeyId& id, std::string_view operation, int64_t cost, int64_t now_us,
-                client::Decision* out, bool* refill);
+  // The answer of the request's existing bucket when it can answer alone: spending held
+  // units, or denying while the owner has said the key is out. The request is resolved (its
+  // cost and lease mode known) and not `never`. *refill: start a background lease
+  // (StartLease).
+  bool TrySpend(const ResolvedRequest& r, int64_t now_us, client::Decision* out, bool* refill);
   // Answers from the request's bucket (making it) as TrySpend does; else, when owner_up()
   // says its owner can be asked, queues `done` (moved from) for the lease in flight or the
   // next one (*start_lease: none is in flight, start one), and else leaves `done` alone. A

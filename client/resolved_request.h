@@ -28,6 +28,8 @@ struct ResolvedRequest {
   KeyId id;  // the limit's identity: its local bucket here, its state on the node
 
   std::string_view routing() const { return protocol::RoutingKey(*policy, key, tenant); }
+  // The routing key's ring slot, which the id carries: the limit's owner under any ring.
+  uint32_t slot() const { return RingSlotOf(id); }
 };
 
 class OwnedRequest {

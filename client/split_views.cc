@@ -11,18 +11,19 @@ KeyId SplitViews::IdOf(const Policy& p, std::string_view key) {
   return protocol::LimitId(p, key, {});
 }
 
-std::optional<SubBucket> SplitViews::Pick(const Policy& p, std::string_view key, int64_t now_us,
+std::optional<SubBucket> SplitViews::Pick(const Policy& p, const KeyId& id, int64_t now_us,
                                           bool* renew) {
   *renew = false;
   if (p.parent_index >= 0) return std::nullopt;  // nested keys are never split
-  std::lock_guard<std::mutex> lock(mu_);
-  if (views_.empty()) return std::nullopt;
-  auto it = views_.find(IdOf(p, key));
+  if (!any_views_.load(std::memory_order_relaxed)) return std::nullopt;
+  MutexLock lock(mu_);
+  auto it = views_.find(id);
   if (it == views_.end()) return std::nullopt;
   View& view = it->second;
   if (now_us >= view.valid_until_us) {
     views_.erase(it);  // lapsed: ask the key's owner again
-    MarkReopening(IdOf(p, key), now_us);
+    NoteViews();
+    MarkReopening(id, now_us);
     return std::nullopt;
   }
   const SubBucket sub = view.sub;
@@ -35,13 +36,15 @@ std::optional<SubBucket> SplitViews::Pick(const Policy& p, std::string_view key,
 
 void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us) {
   const KeyId split_id = IdOf(p, key);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (a.split_k == 0 || a.split_valid_ms <= 0) {
     // Merging (a split with no view left to hand out), or merged under a view held here.
     if (views_.erase(split_id) > 0 || a.split_k != 0) MarkReopening(split_id, now_us);
+    NoteViews();
     return;
   }
   View& view = views_[split_id];
+  NoteViews();
   if (view.sub.epoch != a.split_epoch || view.sub.k != a.split_k) {
     // Gateways start apart: each at its own place, the same for all its keys' splits.
     view.sub.index = static_cast<uint16_t>((split_id.lo + salt_ * 0x9e3779b97f4a7c15ULL) % a.split_k);
@@ -60,7 +63,7 @@ void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
 }
 
 void SplitViews::Forget(const Policy& p, std::string_view key, const SubBucket& stale) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = views_.find(IdOf(p, key));
   if (it == views_.end()) return;
   // A renewal (or another op's answer) may have brought the split as it is now meanwhile.
@@ -68,6 +71,7 @@ void SplitViews::Forget(const Policy& p, std::string_view key, const SubBucket& 
   const int64_t now_us = it->second.valid_until_us;  // no later than the view's end
   const KeyId id = it->first;
   views_.erase(it);
+  NoteViews();
   MarkReopening(id, now_us);
 }
 
@@ -85,7 +89,7 @@ void SplitViews::MarkReopening(const KeyId& split_id, int64_t now_us) {
 }
 
 void SplitViews::NoteOpened(const Policy& p, std::string_view key, const SubBucket& sub) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (sub.k == 0) {
     if (reopening_.erase(IdOf(p, key)) > 0 && reopening_.empty()) {
       any_reopening_.store(false, std::memory_order_relaxed);
@@ -99,7 +103,7 @@ void SplitViews::NoteOpened(const Policy& p, std::string_view key, const SubBuck
 
 bool SplitViews::MayBeNew(const Policy& p, std::string_view key, const SubBucket& sub,
                           int64_t now_us) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (sub.k == 0) {
     auto it = reopening_.find(IdOf(p, key));
     return it != reopening_.end() && now_us < it->second;
@@ -110,7 +114,7 @@ bool SplitViews::MayBeNew(const Policy& p, std::string_view key, const SubBucket
 }
 
 void SplitViews::NoteOther(const Policy& p, std::string_view key, bool allowed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = views_.find(IdOf(p, key));
   if (it == views_.end()) return;
   View& view = it->second;
@@ -123,7 +127,7 @@ void SplitViews::NoteOther(const Policy& p, std::string_view key, bool allowed) 
 }
 
 bool SplitViews::TryOther(const Policy& p, std::string_view key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = views_.find(IdOf(p, key));
   if (it == views_.end()) return false;
   View& view = it->second;
@@ -132,7 +136,7 @@ bool SplitViews::TryOther(const Policy& p, std::string_view key) {
 }
 
 std::optional<SplitViews::Renewal> SplitViews::TakeRenewal(const KeyId& split_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = views_.find(split_id);
   if (it == views_.end()) return std::nullopt;
   Renewal r{it->second.policy, it->second.key, std::min(it->second.sent, kMaxCost)};
@@ -141,7 +145,7 @@ std::optional<SplitViews::Renewal> SplitViews::TakeRenewal(const KeyId& split_id
 }
 
 void SplitViews::RenewalFailed(const KeyId& split_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = views_.find(split_id);
   if (it != views_.end()) it->second.renewing = false;  // try again with the next op
 }

@@ -6,12 +6,12 @@
 // carries. A view also knows which sub-buckets have admitted anything for this gateway: one
 // that has not may be new, and a new sub-bucket starts drained.
 //
-// Thread-safety: any thread; one mutex guards the views.
+// Thread-safety: any thread; one mutex guards the views. A gateway with no split in view
+// (nearly always) answers Pick from an atomic flag, with no lock.
 #pragma once
 
 #include <cstdint>
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +20,7 @@
 #include "client/sub_bucket.h"
 #include "client/transport.h"
 #include "protocol/key_id.h"
+#include "common/mutex.h"
 #include "common/policy.h"
 
 namespace limiter {
@@ -32,9 +33,10 @@ class SplitViews {
   // The key a view is kept under: (policy, key) (only keys that do not nest split).
   static KeyId IdOf(const Policy& p, std::string_view key);
 
-  // The sub-bucket for the next op on the key (in turn, counted as sent), or nullopt when
-  // it is not (known to be) split. *renew: the view is due for renewal (RenewSplit).
-  std::optional<SubBucket> Pick(const Policy& p, std::string_view key, int64_t now_us, bool* renew);
+  // The sub-bucket for the next op on the key `id` (IdOf: a request's own id, for a policy
+  // that does not nest) of policy `p` (in turn, counted as sent), or nullopt when it is not
+  // (known to be) split. *renew: the view is due for renewal (RenewSplit).
+  std::optional<SubBucket> Pick(const Policy& p, const KeyId& id, int64_t now_us, bool* renew);
   // The owner's answer about the key's split (a Split or SplitChanged status, a SPLIT reply).
   void Learn(const Policy& p, std::string_view key, const OpAnswer& a, int64_t now_us);
   // An answer found the view `stale` out of date: forgotten, unless the view is newer already.
@@ -78,14 +80,19 @@ class SplitViews {
     uint32_t other_wins = 0;
     uint32_t denials = 0;
   };
-  // The key's split ended as far as this gateway saw: it may reopen drained. Locked.
-  void MarkReopening(const KeyId& split_id, int64_t now_us);
+  // The key's split ended as far as this gateway saw: it may reopen drained.
+  void MarkReopening(const KeyId& split_id, int64_t now_us) LIMITER_REQUIRES(mu_);
+  // After views_ changed: the flag Pick reads first.
+  void NoteViews() LIMITER_REQUIRES(mu_) {
+    any_views_.store(!views_.empty(), std::memory_order_relaxed);
+  }
 
   const uint64_t salt_;
-  std::mutex mu_;
-  std::unordered_map<KeyId, View, KeyIdHash> views_;  // guarded by mu_
-  // Keys whose split this gateway saw end, until when that matters (µs); guarded by mu_.
-  std::unordered_map<KeyId, int64_t, KeyIdHash> reopening_;
+  Mutex mu_;
+  std::unordered_map<KeyId, View, KeyIdHash> views_ LIMITER_GUARDED_BY(mu_);
+  std::atomic<bool> any_views_{false};  // !views_.empty(), read without mu_
+  // Keys whose split this gateway saw end, until when that matters (µs).
+  std::unordered_map<KeyId, int64_t, KeyIdHash> reopening_ LIMITER_GUARDED_BY(mu_);
   std::atomic<bool> any_reopening_{false};  // !reopening_.empty(), read without mu_
 };
 

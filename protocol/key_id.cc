@@ -43,13 +43,9 @@ KeyId MakeKeyId(std::initializer_list<std::string_view> parts) {
   // part boundaries stay unambiguous.
   uint64_t seed = KeyIdSeed();
   const std::string_view* last = parts.begin() + (parts.size() - 1);
-  for (const std::string_view* p = parts.begin(); p != last; ++p) {
-    seed = XXH3_64bits_withSeed(p->data(), p->size(), seed);
-  }
-  const XXH128_hash_t h = XXH3_128bits_withSeed(last->data(), last->size(), seed);
-  KeyId id{h.low64, h.high64};
-  if ((id.lo | id.hi) == 0) id.hi = 1;
-  return id;
+  for (const std::string_view* p = parts.begin(); p != last; ++p) seed = ChainKeyId(seed, *p);
+  return KeyIdOf(seed, *last);
 }
+
 
 }  // namespace limiter

@@ -17,6 +17,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include <xxhash.h>
+
 namespace limiter {
 
 struct KeyId {
@@ -31,6 +33,17 @@ struct KeyIdHash {
 
 // Never all zero (that marks an empty slot). Precondition: at least one part.
 KeyId MakeKeyId(std::initializer_list<std::string_view> parts);
+// The same in steps, for a caller that makes many ids with the same leading parts (a
+// policy's name): MakeKeyId({a, b, c}) == KeyIdOf(ChainKeyId(ChainKeyId(KeyIdSeed(), a), b), c).
+inline uint64_t ChainKeyId(uint64_t seed, std::string_view part) {
+  return XXH3_64bits_withSeed(part.data(), part.size(), seed);
+}
+inline KeyId KeyIdOf(uint64_t seed, std::string_view last) {
+  const XXH128_hash_t h = XXH3_128bits_withSeed(last.data(), last.size(), seed);
+  KeyId id{h.low64, h.high64};
+  if ((id.lo | id.hi) == 0) id.hi = 1;
+  return id;
+}
 
 inline constexpr int kSlotBits = 18;  // Ring::kSlots == 1 << kSlotBits
 // `id` with its ring slot set (slot < 2^kSlotBits).

@@ -53,6 +53,8 @@ KeyId LimitIdInSlot(const Policy& policy, std::string_view key, std::string_view
                                   : WithRingSlot(MakeKeyId({policy.name, key}), slot);
 }
 
+uint64_t PolicyIdSeed(const Policy& policy) { return ChainKeyId(KeyIdSeed(), policy.name); }
+
 KeyId AncestorIdInSlot(const Policy& ancestor, std::string_view tenant, uint32_t slot) {
   return LimitIdInSlot(ancestor, tenant, tenant, slot);
 }

@@ -43,6 +43,15 @@ KeyId AncestorId(const Policy& ancestor, std::string_view tenant);
 KeyId LimitIdInSlot(const Policy& policy, std::string_view key, std::string_view tenant,
                     uint32_t slot);
 KeyId AncestorIdInSlot(const Policy& ancestor, std::string_view tenant, uint32_t slot);
+// The same for a caller that keeps each policy's part of its ids (PolicyIdSeed, made after the
+// process's key-id seed is set): the key hashed once, a nested policy's tenant once more.
+uint64_t PolicyIdSeed(const Policy& policy);
+inline KeyId LimitIdInSlot(uint64_t policy_seed, const Policy& policy, std::string_view key,
+                           std::string_view tenant, uint32_t slot) {
+  return policy.parent_index >= 0
+             ? WithRingSlot(KeyIdOf(ChainKeyId(policy_seed, tenant), key), slot)
+             : WithRingSlot(KeyIdOf(policy_seed, key), slot);
+}
 KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch,
                         uint16_t index, uint32_t slot);
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).

@@ -47,7 +47,7 @@ Node::Ahead Node::Lookahead(Worker& w, const wire::Op& op) const {
   a.op = &op;
   a.policy = policy;
   a.slot = Ring::SlotOf(protocol::RoutingKey(p, key, tenant));
-  a.id = protocol::LimitIdInSlot(p, key, tenant, a.slot);
+  a.id = protocol::LimitIdInSlot(table_.id_seed(policy), p, key, tenant, a.slot);
   store_.Prefetch(a.policy, a.id);
   return a;
 }
@@ -147,8 +147,9 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
     // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
     std::string_view routing = protocol::RoutingKey(p, key, tenant);
     uint32_t slot = ahead ? w.ahead.slot : Ring::SlotOf(routing);
-    if (!add(policy, ahead ? w.ahead.id : protocol::LimitIdInSlot(p, key, tenant, slot), key,
-             false)) {
+    const KeyId id = ahead ? w.ahead.id
+                           : protocol::LimitIdInSlot(table_.id_seed(policy), p, key, tenant, slot);
+    if (!add(policy, id, key, false)) {
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;
     }
@@ -199,7 +200,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
     for (int a = p.parent_index; a >= 0; a = table_.at(a).parent_index) {
       const Policy& ancestor = table_.at(a);
       if (tenant_slot == UINT32_MAX) tenant_slot = Ring::SlotOf(tenant);
-      add(a, protocol::AncestorIdInSlot(ancestor, tenant, tenant_slot), tenant, true);
+      add(a, protocol::LimitIdInSlot(table_.id_seed(a), ancestor, tenant, tenant, tenant_slot),
+          tenant, true);
     }
   }
   if (regions_ && op.type() != wire::OpType::Regions) {

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "protocol/rules.h"
+
 namespace limiter {
 
 PolicyTable::PolicyTable(const PolicySet& policies, bool durable_store, bool regions)
@@ -17,6 +19,7 @@ PolicyTable::PolicyTable(const PolicySet& policies, bool durable_store, bool reg
   for (size_t i = 0; i < n; ++i) {
     const Policy& p = policies.policies()[i];
     index_.emplace(p.name, static_cast<int>(i));
+    id_seeds_.push_back(protocol::PolicyIdSeed(p));
     durable_[i] = durable_store && p.durable;
     global_[i] = regions && p.scope == Scope::kGlobal;
     calendars_ = calendars_ || p.calendar != nullptr;

@@ -38,6 +38,9 @@ class PolicyTable {
   bool calendars() const { return calendars_; }
   // What a record's reader depends on: the policies' order, algorithms and rates.
   uint64_t digest() const { return digest_; }
+  // The policy's part of its keys' ids (protocol::PolicyIdSeed): made once, after the
+  // process's key-id seed is set.
+  uint64_t id_seed(int policy) const { return id_seeds_[static_cast<size_t>(policy)]; }
 
  private:
   const PolicySet& set_;
@@ -46,6 +49,7 @@ class PolicyTable {
   std::vector<bool> global_;   // scope: global, and the node names a region
   std::vector<bool> leased_;   // a LEASE can charge it (lease mode, or an ancestor of one)
   std::vector<bool> parent_;   // some policy nests under it
+  std::vector<uint64_t> id_seeds_;
   bool calendars_ = false;
   uint64_t digest_ = 0;
 };
