@@ -10,10 +10,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace limiter::bench {
 
@@ -44,7 +45,7 @@ class DelayProxy {
     ::shutdown(listen_fd_, SHUT_RDWR);
     ::close(listen_fd_);
     acceptor_.join();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
     for (std::thread& t : pumps_) t.join();
     for (int fd : fds_) ::close(fd);
@@ -71,7 +72,7 @@ class DelayProxy {
         ::close(server);
         continue;
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       fds_.push_back(client);
       fds_.push_back(server);
       pumps_.emplace_back([this, client, server] { Pump(client, server); });
@@ -101,9 +102,9 @@ class DelayProxy {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<int> fds_;            // guarded by mu_
-  std::vector<std::thread> pumps_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<int> fds_ LIMITER_GUARDED_BY(mu_);
+  std::vector<std::thread> pumps_ LIMITER_GUARDED_BY(mu_);
 };
 
 }  // namespace limiter::bench

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "bench/load_loop.h"
 
 #include <poll.h>
@@ -48,20 +49,20 @@ class StopFlag {
  public:
   bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
   void Stop(Status why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (why_.ok()) why_ = std::move(why);
     stopped_.store(true, std::memory_order_relaxed);
   }
   // The first error; ok when none stopped the run.
   Status why() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return why_;
   }
 
  private:
   std::atomic<bool> stopped_{false};
-  std::mutex mu_;
-  Status why_;  // guarded by mu_
+  Mutex mu_;
+  Status why_ LIMITER_GUARDED_BY(mu_);
 };
 
 // Draws `batch` keys and encodes them as one frame.

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "client/asio_scheduler.h"
 
 #include <time.h>
@@ -19,11 +20,11 @@ struct AsioScheduler::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<asio::steady_timer>> timers;  // io thread only
   std::thread thread;
   // Offloaded work: its own io_context and thread, made on first use.
-  std::mutex background_mu;
-  std::unique_ptr<asio::io_context> background;  // guarded by background_mu
+  Mutex background_mu;
+  std::unique_ptr<asio::io_context> background LIMITER_GUARDED_BY(background_mu);
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> background_guard;
   std::thread background_thread;
-  bool stopped = false;  // guarded by background_mu
+  bool stopped LIMITER_GUARDED_BY(background_mu) = false;
 };
 
 AsioScheduler::AsioScheduler() : impl_(std::make_unique<Impl>()) {
@@ -41,7 +42,7 @@ void AsioScheduler::Stop() {
 
 void AsioScheduler::StopBackground() {
   {
-    std::lock_guard<std::mutex> lock(impl_->background_mu);
+    MutexLock lock(impl_->background_mu);
     impl_->stopped = true;
     if (impl_->background) impl_->background->stop();
   }
@@ -49,7 +50,7 @@ void AsioScheduler::StopBackground() {
 }
 
 void AsioScheduler::Offload(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(impl_->background_mu);
+  MutexLock lock(impl_->background_mu);
   if (impl_->stopped) return;
   if (!impl_->background) {
     impl_->background = std::make_unique<asio::io_context>(1);

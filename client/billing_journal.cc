@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "client/billing_journal.h"
 
 #include <unistd.h>
@@ -353,7 +354,7 @@ Result<BillingJournal::Replay> BillingJournal::Open(const std::string& path,
   replay.journal.reset(new BillingJournal(path, file_path, options, fd, file_bytes));
   {
     BillingJournal& j = *replay.journal;
-    std::lock_guard<std::mutex> guard(j.mu_);
+    MutexLock guard(j.mu_);
     for (const JournalDebt& d : parsed->debts) {
       Record r(kOpen, d.number);
       const uint32_t size =
@@ -377,10 +378,10 @@ BillingJournal::BillingJournal(std::string path, std::string file_path,
 
 BillingJournal::~BillingJournal() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   SyncNow();
   ::close(fd_);  // releases the flock
@@ -393,7 +394,7 @@ void BillingJournal::Fail(const std::string& what) {
 
 void BillingJournal::Append(const char* data, size_t size, uint64_t number,
                             int64_t live_delta_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (live_delta_bytes > 0) {
     live_[number] = static_cast<uint32_t>(live_delta_bytes);
     live_bytes_ += static_cast<uint64_t>(live_delta_bytes);
@@ -448,7 +449,7 @@ void BillingJournal::Closed(uint64_t number, CloseReason reason) {
 }
 
 bool BillingJournal::BeginRewrite(Image image) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (rewriting_) return false;
   rewriting_ = true;
   image_ = std::move(image.bytes_);
@@ -465,7 +466,7 @@ bool BillingJournal::BeginRewrite(Image image) {
 Status BillingJournal::FinishRewrite() {
   std::string content = Header();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!rewriting_) return Error{"rewrite: none was begun"};
     content += image_;
     std::string().swap(image_);
@@ -476,7 +477,7 @@ Status BillingJournal::FinishRewrite() {
       ::close(fd);
       ::unlink(tmp.c_str());
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     rewriting_ = false;
     std::string().swap(captured_);
     next_rewrite_try_ms_ = SteadyMs() + 1000;
@@ -489,7 +490,7 @@ Status BillingJournal::FinishRewrite() {
   int old = -1;
   std::string why;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     // The changes made while the image was written, then the switch: appends wait for it.
     if (!WriteAll(fd, captured_.data(), captured_.size())) {
       why = Errno(tmp);
@@ -507,7 +508,7 @@ Status BillingJournal::FinishRewrite() {
   }
   if (old < 0) return abandon(fd, why);
   {
-    std::lock_guard<std::mutex> lock(sync_mu_);  // not under an fdatasync of it
+    MutexLock lock(sync_mu_);  // not under an fdatasync of it
     ::close(old);  // and its flock: the new file holds one since it was made
   }
   if (!journal_files::SyncDirectoryOf(file_path_)) {
@@ -518,17 +519,17 @@ Status BillingJournal::FinishRewrite() {
 }
 
 void BillingJournal::SyncNow() {
-  std::lock_guard<std::mutex> sync(sync_mu_);
+  MutexLock sync(sync_mu_);
   int fd;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!unsynced_) return;
     unsynced_ = false;
     fd = fd_;
   }
   if (::fdatasync(fd) != 0) {
     Fail(Errno("fdatasync"));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     unsynced_ = true;
   }
 }
@@ -542,12 +543,12 @@ bool BillingJournal::RewriteDueLocked() const {
 }
 
 bool BillingJournal::RewriteDue() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return RewriteDueLocked();
 }
 
 uint64_t BillingJournal::file_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return file_bytes_;
 }
 
@@ -559,17 +560,22 @@ void BillingJournal::Start(std::function<void()> compact) {
 void BillingJournal::Run() {
   const auto wake =
       std::chrono::milliseconds(options_.sync_interval_ms > 0 ? options_.sync_interval_ms : 1000);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    if (cv_.wait_for(lock, wake, [this] { return stopping_; })) break;
-    lock.unlock();
+    if (cv_.WaitFor(lock, wake, [this] {
+          mu_.AssertHeld();
+          return stopping_;
+        })) {
+      break;
+    }
+    lock.Unlock();
     if (options_.sync_interval_ms > 0) SyncNow();
-    lock.lock();
+    lock.Lock();
     const bool due = !rewriting_ && RewriteDueLocked() && SteadyMs() >= next_rewrite_try_ms_;
     if (due && compact_) {
-      lock.unlock();
+      lock.Unlock();
       compact_();
-      lock.lock();
+      lock.Lock();
     }
   }
 }

@@ -53,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/limits.h"
 #include "limiter/status.h"
 
@@ -141,7 +142,7 @@ class BillingJournal {
   BillingJournal(std::string path, std::string file_path, BillingJournalOptions options, int fd,
                  uint64_t file_bytes);
   void Append(const char* data, size_t size, uint64_t number, int64_t live_delta_bytes);
-  bool RewriteDueLocked() const;
+  bool RewriteDueLocked() const LIMITER_REQUIRES(mu_);
   void Fail(const std::string& what);  // counts and logs an I/O failure
   void Run();
 
@@ -150,20 +151,22 @@ class BillingJournal {
   const BillingJournalOptions options_;
   std::atomic<uint64_t> errors_{0}, rewrites_{0};
 
-  mutable std::mutex mu_;
-  int fd_;                 // guarded by mu_; switched by Finish; holds the flock
-  uint64_t file_bytes_;    // guarded by mu_
-  bool unsynced_ = false;  // guarded by mu_
-  bool broken_ = false;    // a write failed: appends wait for the next rewrite; guarded by mu_
-  std::unordered_map<uint64_t, uint32_t> live_;  // guarded by mu_: open record sizes
-  uint64_t live_bytes_ = 0;                      // guarded by mu_
-  bool rewriting_ = false;                       // guarded by mu_
-  std::string image_, captured_;                 // guarded by mu_: the new file's parts
-  int64_t next_rewrite_try_ms_ = 0;              // guarded by mu_ (after a failure)
-  bool stopping_ = false;                        // guarded by mu_
-  std::condition_variable cv_;
+  mutable Mutex mu_;
+  int fd_ LIMITER_GUARDED_BY(mu_);  // switched by Finish; holds the flock
+  uint64_t file_bytes_ LIMITER_GUARDED_BY(mu_);
+  bool unsynced_ LIMITER_GUARDED_BY(mu_) = false;
+  bool broken_ LIMITER_GUARDED_BY(mu_) = false;  // a write failed: appends wait for a rewrite
+  std::unordered_map<uint64_t, uint32_t> live_ LIMITER_GUARDED_BY(mu_);  // open record sizes
+  uint64_t live_bytes_ LIMITER_GUARDED_BY(mu_) = 0;
+  bool rewriting_ LIMITER_GUARDED_BY(mu_) = false;
+  // The new file's parts.
+  std::string image_ LIMITER_GUARDED_BY(mu_);
+  std::string captured_ LIMITER_GUARDED_BY(mu_);
+  int64_t next_rewrite_try_ms_ LIMITER_GUARDED_BY(mu_) = 0;  // (after a failure)
+  bool stopping_ LIMITER_GUARDED_BY(mu_) = false;
+  CondVar cv_;
   // Held over an fdatasync and over closing a replaced file; taken before mu_, never after.
-  std::mutex sync_mu_;
+  Mutex sync_mu_;
   std::function<void()> compact_;
   std::thread thread_;
 };

@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/mutex.h"
 #include "client/asio_scheduler.h"
 #include "client/billing_journal.h"
 #include "client/client_core.h"
@@ -28,13 +29,18 @@ class RealClient final : public Client {
     core_.WarmUp();
     if (!dns_.empty()) {
       resolver_ = std::thread([this] {
-        std::unique_lock<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         while (!stopping_) {
-          if (cv_.wait_for(lock, dns_refresh_, [this] { return stopping_; })) break;
-          lock.unlock();
+          if (cv_.WaitFor(lock, dns_refresh_, [this] {
+                mu_.AssertHeld();
+                return stopping_;
+              })) {
+            break;
+          }
+          lock.Unlock();
           Result<std::vector<std::string>> members = ResolveMembers(dns_);
           if (members) core_.SetMembers(std::move(members).value(), DnsGeneration());
-          lock.lock();
+          lock.Lock();
         }
       });
     }
@@ -42,10 +48,10 @@ class RealClient final : public Client {
 
   ~RealClient() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (resolver_.joinable()) resolver_.join();
     ReturnLeases();
     // Connections belong to the I/O thread: close them there as its last handler, so that
@@ -83,9 +89,9 @@ class RealClient final : public Client {
   ClientCore core_;
   const std::string dns_;
   const std::chrono::milliseconds dns_refresh_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ LIMITER_GUARDED_BY(mu_) = false;
   std::thread resolver_;
 };
 

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "client/fallbacks.h"
 
 #include <algorithm>
@@ -16,10 +17,10 @@ constexpr size_t kFirstSweep = 64;
 }  // namespace
 
 struct Fallbacks::Shedder {
-  std::mutex mu;
-  int64_t in_use = 0;                                            // guarded by mu
-  std::deque<std::pair<uint64_t, std::shared_ptr<Done>>> queue;  // guarded by mu
-  uint64_t next_ticket = 0;                                      // guarded by mu
+  Mutex mu;
+  int64_t in_use LIMITER_GUARDED_BY(mu) = 0;
+  std::deque<std::pair<uint64_t, std::shared_ptr<Done>>> queue LIMITER_GUARDED_BY(mu);
+  uint64_t next_ticket LIMITER_GUARDED_BY(mu) = 0;
 };
 
 Fallbacks::Fallbacks(const PolicySet& policies, int gateways, int64_t deny_retry_ms,
@@ -109,7 +110,7 @@ void Fallbacks::LocalLimits(const ResolvedRequest& r, client::Decision d, Done d
     locals.push_back({id, q, rate});
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (limits_.size() >= sweep_at_) {
       // Keys whose local limiter is back to fresh carry nothing: drop them, so the
       // fallback's memory follows the keys in use, not every key ever seen.
@@ -155,15 +156,15 @@ void Fallbacks::Shed(const ResolvedRequest& r, client::Decision d, Done done) {
   const Policy& p = *r.policy;
   Shedder& s = *shedders_[static_cast<size_t>(r.index)];
   auto waiting = std::make_shared<Done>(std::move(done));
-  std::unique_lock<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   if (s.in_use < p.fallback.max_concurrency) {
     ++s.in_use;
-    lock.unlock();
+    lock.Unlock();
     GrantSlot(r.index, waiting);
     return;
   }
   if (static_cast<int64_t>(s.queue.size()) >= p.fallback.max_queue) {
-    lock.unlock();
+    lock.Unlock();
     d.allowed = false;
     d.retry_after = std::chrono::milliseconds(p.fallback.queue_timeout_ms);
     Finish(std::move(d), *waiting);
@@ -172,11 +173,11 @@ void Fallbacks::Shed(const ResolvedRequest& r, client::Decision d, Done done) {
   // Wait for a slot, at most queue_timeout.
   const uint64_t ticket = s.next_ticket++;
   s.queue.emplace_back(ticket, waiting);
-  lock.unlock();
+  lock.Unlock();
   scheduler_.After(p.fallback.queue_timeout_ms * 1000, [this, &s, &p, ticket] {
     std::shared_ptr<Done> expired;
     {
-      std::lock_guard<std::mutex> guard(s.mu);
+      MutexLock guard(s.mu);
       auto it = std::find_if(s.queue.begin(), s.queue.end(),
                              [&](const auto& q) { return q.first == ticket; });
       if (it == s.queue.end()) return;  // it got a slot
@@ -208,7 +209,7 @@ void Fallbacks::ReleaseSlot(int policy) {
   Shedder& s = *shedders_[static_cast<size_t>(policy)];
   std::shared_ptr<Done> next;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(s.mu);
     if (s.queue.empty()) {
       --s.in_use;
       return;
@@ -232,7 +233,7 @@ void Fallbacks::Drop(size_t reason, int64_t units) {
 }
 
 void Fallbacks::Owe(const ResolvedRequest& r, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(debts_mu_);
+  MutexLock lock(debts_mu_);
   auto it = debts_.find(r.id);
   if (it == debts_.end()) {
     if (debts_.size() >= max_debts_) {
@@ -269,7 +270,7 @@ void Fallbacks::Owe(const ResolvedRequest& r, const std::string& owner) {
 std::vector<Fallbacks::DebtCall> Fallbacks::TakeDebts(const std::string& owner, size_t max,
                                                       int64_t now_us) {
   std::vector<DebtCall> calls;
-  std::lock_guard<std::mutex> lock(debts_mu_);
+  MutexLock lock(debts_mu_);
   for (auto& [id, debt] : debts_) {
     if (calls.size() == max) break;
     if (debt.owner != owner || debt.in_flight || debt.units <= 0 || debt.due_us > now_us) {
@@ -282,7 +283,7 @@ std::vector<Fallbacks::DebtCall> Fallbacks::TakeDebts(const std::string& owner, 
 }
 
 bool Fallbacks::SettleDebt(const KeyId& id, int64_t paid, bool refused, int64_t retry_at_us) {
-  std::lock_guard<std::mutex> lock(debts_mu_);
+  MutexLock lock(debts_mu_);
   auto it = debts_.find(id);
   if (it == debts_.end()) return true;
   Debt& debt = it->second;
@@ -316,7 +317,7 @@ Status Fallbacks::RestoreDebts(BillingJournal::Replay replay, const OwnerOf& own
   std::map<std::string, std::pair<uint64_t, int64_t>> gone;  // why -> debts, units
   std::pair<uint64_t, int64_t> kept{0, 0}, full{0, 0};
   {
-    std::lock_guard<std::mutex> lock(debts_mu_);
+    MutexLock lock(debts_mu_);
     for (JournalDebt& j : replay.debts) {
       const Policy* p = policies_.Find(j.policy);
       if (p == nullptr || !protocol::MissingTenantError(*p, j.tenant).ok()) {
@@ -378,7 +379,7 @@ Status Fallbacks::RestoreDebts(BillingJournal::Replay replay, const OwnerOf& own
 
 std::vector<std::string> Fallbacks::Creditors() const {
   std::set<std::string> owners;
-  std::lock_guard<std::mutex> lock(debts_mu_);
+  MutexLock lock(debts_mu_);
   for (const auto& [id, debt] : debts_) {
     if (!debt.owner.empty()) owners.insert(debt.owner);
   }
@@ -388,7 +389,7 @@ std::vector<std::string> Fallbacks::Creditors() const {
 Status Fallbacks::CompactJournal() {
   if (!journal_) return Status::Ok();
   {
-    std::lock_guard<std::mutex> lock(debts_mu_);
+    MutexLock lock(debts_mu_);
     BillingJournal::Image image;
     for (const auto& [id, debt] : debts_) {
       image.Add(debt.number, policies_.policies()[static_cast<size_t>(debt.policy)].name, debt.key,
@@ -403,7 +404,7 @@ Status Fallbacks::CompactJournal() {
 
 void Fallbacks::AddCounters(client::Counters& c) const {
   {
-    std::lock_guard<std::mutex> lock(debts_mu_);
+    MutexLock lock(debts_mu_);
     c.billing_debts = debts_.size();
     c.billing_debt_units = static_cast<uint64_t>(owed_units_);
   }
@@ -414,7 +415,7 @@ void Fallbacks::AddCounters(client::Counters& c) const {
 }
 
 size_t Fallbacks::limiters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return limits_.size();
 }
 

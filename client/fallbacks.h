@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "client/billing_journal.h"
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
@@ -106,24 +107,24 @@ class Fallbacks {
   void ReleaseSlot(int policy);
   void Finish(client::Decision d, const Done& done);
   void Owe(const ResolvedRequest& r, const std::string& owner);
-  void Drop(size_t reason, int64_t units);  // debts_mu_ held
+  void Drop(size_t reason, int64_t units) LIMITER_REQUIRES(debts_mu_);
 
   const PolicySet& policies_;
   Scheduler& scheduler_;
   ClientCounters& counters_;
   const int64_t deny_retry_ms_;
   std::vector<Rate> contract_;  // per policy: L/N (or L with overshoot)
-  mutable std::mutex mu_;
-  std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_;  // guarded by mu_
-  size_t sweep_at_ = 64;                                     // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_ LIMITER_GUARDED_BY(mu_);
+  size_t sweep_at_ LIMITER_GUARDED_BY(mu_) = 64;
   std::vector<std::unique_ptr<Shedder>> shedders_;           // per policy; own mutexes
 
   const size_t max_debts_;
-  mutable std::mutex debts_mu_;
-  std::unordered_map<KeyId, Debt, KeyIdHash> debts_;  // guarded by debts_mu_
-  int64_t owed_units_ = 0;                            // guarded by debts_mu_: over debts_
-  uint64_t next_number_ = 1;                          // guarded by debts_mu_
-  bool full_logged_ = false;                          // guarded by debts_mu_
+  mutable Mutex debts_mu_;
+  std::unordered_map<KeyId, Debt, KeyIdHash> debts_ LIMITER_GUARDED_BY(debts_mu_);
+  int64_t owed_units_ LIMITER_GUARDED_BY(debts_mu_) = 0;  // over debts_
+  uint64_t next_number_ LIMITER_GUARDED_BY(debts_mu_) = 1;
+  bool full_logged_ LIMITER_GUARDED_BY(debts_mu_) = false;
   // Appended to under debts_mu_. Last: destroyed first, its thread (which compacts from
   // debts_) stopped before the debts go.
   std::unique_ptr<BillingJournal> journal_;

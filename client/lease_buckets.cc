@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "client/lease_buckets.h"
 
 #include <algorithm>
@@ -106,19 +107,19 @@ struct alignas(64) LeaseBuckets::Bucket {  // own cache lines: other threads' ke
 };
 
 struct alignas(64) LeaseBuckets::Shard {  // one cache line apart: threads on other shards
-  std::mutex mu;
-  std::unordered_map<KeyId, Bucket, KeyIdHash> buckets;  // guarded by mu
-  size_t sweep_at = kFirstSweep;                         // guarded by mu
-  uint64_t lease_allowed = 0;                            // guarded by mu
-  uint64_t lease_denied = 0;                             // guarded by mu
-  uint64_t expired = 0;                                  // guarded by mu
+  Mutex mu;
+  std::unordered_map<KeyId, Bucket, KeyIdHash> buckets LIMITER_GUARDED_BY(mu);
+  size_t sweep_at LIMITER_GUARDED_BY(mu) = kFirstSweep;
+  uint64_t lease_allowed LIMITER_GUARDED_BY(mu) = 0;
+  uint64_t lease_denied LIMITER_GUARDED_BY(mu) = 0;
+  uint64_t expired LIMITER_GUARDED_BY(mu) = 0;
 };
 
 template <class F>
 LeaseBuckets::Settled LeaseBuckets::Settle(const KeyId& id, F&& f) {
   Settled s;
   Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.buckets.find(id);
   if (it == shard.buckets.end()) return s;  // dropped: nobody waits on it
   Bucket& b = it->second;
@@ -161,6 +162,7 @@ void LeaseBuckets::Fill(client::Decision* d, const Policy& p, bool allowed) {
 
 bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
                          client::Decision* out, bool* refill) {
+  shard.mu.AssertHeld();  // the callers' lock
   b.Expire(now_us, &shard.expired);
   *refill = false;
   if (!b.waiters.empty()) return false;  // they are first in line
@@ -190,7 +192,7 @@ bool LeaseBuckets::Spend(Shard& shard, Bucket& b, int64_t cost, int64_t now_us,
 bool LeaseBuckets::TrySpend(const ResolvedRequest& r, int64_t now_us, client::Decision* out,
                             bool* refill) {
   Shard& shard = ShardOf(r.id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.buckets.find(r.id);
   return it != shard.buckets.end() && Spend(shard, it->second, r.cost, now_us, out, refill);
 }
@@ -200,7 +202,7 @@ LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t 
                                               bool* start_lease,
                                               const std::function<bool()>& owner_up) {
   Shard& shard = ShardOf(r.id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.buckets.find(r.id);
   if (it != shard.buckets.end() && Spend(shard, it->second, r.cost, now_us, out, refill)) {
     return Step::kAnswered;
@@ -224,6 +226,7 @@ LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t 
 }
 
 void LeaseBuckets::SweepIdle(Shard& shard, int64_t now_us) {
+  shard.mu.AssertHeld();  // the caller's lock
   for (auto it = shard.buckets.begin(); it != shard.buckets.end();) {
     it->second.Expire(now_us, &shard.expired);
     it = it->second.Idle(now_us) ? shard.buckets.erase(it) : std::next(it);
@@ -233,7 +236,7 @@ void LeaseBuckets::SweepIdle(Shard& shard, int64_t now_us) {
 
 std::optional<LeaseBuckets::Ask> LeaseBuckets::NextLease(const KeyId& id, int64_t now_us) {
   Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.buckets.find(id);
   if (it == shard.buckets.end()) return std::nullopt;
   Bucket& b = it->second;
@@ -353,7 +356,7 @@ LeaseBuckets::Settled LeaseBuckets::OnLateGrant(const KeyId& id, const Ask& ask,
   Settled s;
   if (g.granted <= 0) return s;
   Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto [it, made] = shard.buckets.try_emplace(id);
   Bucket& b = it->second;
   if (made) {
@@ -425,7 +428,7 @@ LeaseBuckets::Settled LeaseBuckets::OnDeadline(const KeyId& id, int64_t now_us) 
 std::vector<LeaseBuckets::Unspent> LeaseBuckets::TakeUnspent(int64_t now_us) {
   std::vector<Unspent> out;
   for (const auto& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard->mu);
+    MutexLock lock(shard->mu);
     for (auto& [id, b] : shard->buckets) {
       b.Expire(now_us, &shard->expired);
       for (const Bucket::Batch& batch : b.batches) {
@@ -442,7 +445,7 @@ std::vector<LeaseBuckets::Unspent> LeaseBuckets::TakeUnspent(int64_t now_us) {
 int64_t LeaseBuckets::HeldUnits(int64_t now_us) const {
   int64_t held = 0;
   for (const auto& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard->mu);
+    MutexLock lock(shard->mu);
     for (const auto& [id, b] : shard->buckets) {
       for (const Bucket::Batch& batch : b.batches) {
         held += batch.expires_us > now_us ? batch.units : 0;
@@ -454,7 +457,7 @@ int64_t LeaseBuckets::HeldUnits(int64_t now_us) const {
 
 void LeaseBuckets::AddCounters(client::Counters& c) const {
   for (const auto& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard->mu);
+    MutexLock lock(shard->mu);
     c.decisions += shard->lease_allowed + shard->lease_denied;
     c.allowed += shard->lease_allowed;
     c.denied += shard->lease_denied;
@@ -467,7 +470,7 @@ void LeaseBuckets::AddCounters(client::Counters& c) const {
 
 std::optional<std::pair<const Policy*, std::string>> LeaseBuckets::KeyOf(const KeyId& id) {
   Shard& shard = ShardOf(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.buckets.find(id);
   if (it == shard.buckets.end()) return std::nullopt;
   return std::make_pair(&policies_.policies()[static_cast<size_t>(it->second.policy)],

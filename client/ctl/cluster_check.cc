@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "client/ctl/commands.h"
 #include "common/membership.h"
 #include "limiter/client/client.h"
@@ -52,7 +53,7 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
   std::atomic<int64_t> next{0}, allowed{0}, denied{0}, errors{0};
   std::array<std::atomic<int64_t>, 3> by_source{};
   std::string first_error;
-  std::mutex first_error_mu;
+  Mutex first_error_mu;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int t = 0; t < args.concurrency; ++t) {
@@ -68,7 +69,7 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
             {args.policy, args.key, args.tenant, args.op, args.op.empty() ? args.cost : 1});
         if (!d.error.empty()) {
           ++errors;
-          std::lock_guard<std::mutex> lock(first_error_mu);
+          MutexLock lock(first_error_mu);
           if (first_error.empty()) first_error = d.error;
           continue;
         }

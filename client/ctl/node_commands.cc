@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
 #include "protocol/node_connection.h"
@@ -36,11 +37,11 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
     return 2;
   }
   std::atomic<int64_t> allowed{0}, denied{0}, errors{0};
-  std::mutex first_error_mu;
-  std::string first_error;  // guarded by first_error_mu
+  Mutex first_error_mu;
+  std::string first_error;  // guarded by first_error_mu (a local: no annotation applies)
   auto note_error = [&](const std::string& e, int64_t n) {
     errors += n;
-    std::lock_guard<std::mutex> lock(first_error_mu);
+    MutexLock lock(first_error_mu);
     if (first_error.empty()) first_error = e;
   };
   const int threads = static_cast<int>(std::min<int64_t>(args.concurrency, args.count));
