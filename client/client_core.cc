@@ -153,18 +153,8 @@ void ClientCore::StartLease(const KeyId& id, CallTries tries, Target via) {
   if (target.node.empty() || target.down) {
     return Settle(id, buckets_.OnFailed(id));  // the owner is down: the class decides
   }
-  OpSpec op;
-  op.kind = OpKind::kLease;
-  op.policy = p.name;
-  op.key = ask->key;
-  op.tenant = ask->tenant;
-  op.cost = wanted;
   const SubBucket& sub = target.sub;
-  op.split_k = sub.k;
-  op.split_index = sub.index;
-  op.split_epoch = sub.epoch;
-  op.split_token = sub.token;
-  op.split_token_bytes = sub.token_bytes;
+  OpSpec op = OpSpec::Lease(p.name, ask->key, ask->tenant, wanted, sub);
   const std::string node = target.node;
   tries.sent_us = scheduler_.NowUs();
   Call(
@@ -337,18 +327,8 @@ void ClientCore::StartCheck(const SharedRequest& req, const SharedDone& done, Ca
   }
   if (left <= 0) return Fallback(r, std::move(*done));
   const SubBucket sub = target.sub;
-  OpSpec op;
-  op.kind = OpKind::kCheck;
-  op.policy = r.policy->name;
-  op.key = std::string(r.key);
-  op.tenant = std::string(r.tenant);
-  op.operation = std::string(r.operation);
-  op.cost = r.operation.empty() ? r.cost : 1;
-  op.split_k = sub.k;
-  op.split_index = sub.index;
-  op.split_epoch = sub.epoch;
-  op.split_token = sub.token;
-  op.split_token_bytes = sub.token_bytes;
+  OpSpec op = OpSpec::Check(r.policy->name, std::string(r.key), std::string(r.tenant),
+                            std::string(r.operation), r.cost, sub);
   Call(target.node, std::move(op), std::min(options_.deadline_us, left),
        [this, req, done, tries, deadline_at_us, sub](CallResult result) {
          OnCheck(req, done, tries, deadline_at_us, sub, std::move(result));
@@ -463,12 +443,7 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
     // Asked again with a later op; the view lapses by itself meanwhile.
     return splits_.RenewalFailed(split_id);
   }
-  OpSpec op;
-  op.kind = OpKind::kSplit;
-  op.policy = renewal->policy->name;
-  op.key = renewal->key;
-  op.cost = renewal->sent;
-  Call(owner, std::move(op), options_.deadline_us,
+  Call(owner, OpSpec::Split(renewal->policy->name, renewal->key, renewal->sent), options_.deadline_us,
        [this, split_id, policy = renewal->policy, key = renewal->key](CallResult result) {
          if (result.status == CallStatus::kOk && result.answer.status == OpAnswer::Status::kOk) {
            splits_.Learn(*policy, key, result.answer, scheduler_.NowUs());
@@ -574,10 +549,8 @@ void ClientCore::AskMembers(const std::string& down) {
   for (size_t i = 0; i < members.size(); ++i) {
     const std::string& other = members[(start + i) % members.size()];
     if (other == down || routing_.IsDown(other)) continue;
-    OpSpec op;
-    op.kind = OpKind::kMembers;
     ClientCounters::Add(counters_.store_calls);
-    transport_.Send(other, std::move(op), [this](CallResult result) {
+    transport_.Send(other, OpSpec::About(OpKind::kMembers), [this](CallResult result) {
       if (result.status == CallStatus::kOk && !result.answer.members.empty()) {
         routing_.Offer(result.answer.members, result.answer.generation);
       }
@@ -593,8 +566,6 @@ void ClientCore::StartProbing(const std::string& address) {
 }
 
 void ClientCore::Probe(const std::string& address) {
-  OpSpec op;
-  op.kind = OpKind::kStats;
   ClientCounters::Add(counters_.store_calls);
   // A probe bypasses Call: its misses must not count against a node already down.
   auto finished = std::make_shared<bool>(false);
@@ -611,7 +582,8 @@ void ClientCore::Probe(const std::string& address) {
         transport_.Disconnect(address);
         retry();
       });
-  transport_.Send(address, op, [this, address, finished, timer, retry](CallResult result) {
+  transport_.Send(address, OpSpec::About(OpKind::kStats),
+                  [this, address, finished, timer, retry](CallResult result) {
     if (*finished) return;
     scheduler_.Cancel(timer);
     if (result.status != CallStatus::kOk) return retry();
@@ -627,12 +599,8 @@ void ClientCore::Reconcile(const std::string& address) {
   const size_t room = static_cast<size_t>(std::max(0, options_.reconcile_in_flight - in_flight));
   for (Fallbacks::DebtCall& debt : fallbacks_.TakeDebts(address, room, scheduler_.NowUs())) {
     ++in_flight;
-    OpSpec op;
-    op.kind = OpKind::kLease;
-    op.policy = policies_.policies()[static_cast<size_t>(debt.policy)].name;
-    op.key = std::move(debt.key);
-    op.tenant = std::move(debt.tenant);
-    op.cost = debt.units;
+    OpSpec op = OpSpec::Lease(policies_.policies()[static_cast<size_t>(debt.policy)].name,
+                              std::move(debt.key), std::move(debt.tenant), debt.units);
     Call(address, std::move(op), options_.deadline_us,
          [this, id = debt.id, address](CallResult result) {
            --reconciling_[address];
@@ -706,21 +674,10 @@ void ClientCore::ReturnLeases(std::function<void()> done) {
   std::vector<std::pair<std::string, OpSpec>> calls;
   for (LeaseBuckets::Unspent& u : buckets_.TakeUnspent(scheduler_.NowUs())) {
     const Policy& p = policies_.policies()[static_cast<size_t>(u.policy)];
-    OpSpec op;
-    op.kind = OpKind::kReturn;
-    op.policy = p.name;
-    op.cost = u.units;
-    op.leased_at_ms = u.granted_at_ms;
-    op.lease_id = u.lease_id;
-    op.split_k = u.sub.k;
-    op.split_index = u.sub.index;
-    op.split_epoch = u.sub.epoch;
-    op.split_token = u.sub.token;
-    op.split_token_bytes = u.sub.token_bytes;
     std::string owner = OwnerFor(p, u.key, u.tenant, u.sub);
-    op.key = std::move(u.key);
-    op.tenant = std::move(u.tenant);
-    calls.emplace_back(std::move(owner), std::move(op));
+    calls.emplace_back(std::move(owner),
+                       OpSpec::Return(p.name, std::move(u.key), std::move(u.tenant), u.units,
+                                      u.granted_at_ms, u.lease_id, u.sub));
   }
   scheduler_.Post([this, calls = std::move(calls), done = std::move(done)]() mutable {
     auto left = std::make_shared<size_t>(calls.size() + 1);

@@ -34,7 +34,7 @@
 
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
-#include "client/sub_bucket.h"
+#include "protocol/sub_bucket.h"
 #include "protocol/key_id.h"
 #include "common/policy.h"
 #include "limiter/client/client.h"

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "client/sub_bucket.h"
+#include "protocol/sub_bucket.h"
 #include "client/transport.h"
 #include "protocol/key_id.h"
 #include "common/mutex.h"

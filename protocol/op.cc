@@ -4,11 +4,57 @@
 
 namespace limiter {
 
+OpSpec OpSpec::Check(std::string policy, std::string key, std::string tenant,
+                     std::string operation, int64_t cost, const SubBucket& sub) {
+  OpSpec op;
+  op.kind = OpKind::kCheck;
+  op.policy = std::move(policy);
+  op.key = std::move(key);
+  op.tenant = std::move(tenant);
+  op.operation = std::move(operation);
+  op.cost = op.operation.empty() ? cost : 1;
+  op.sub = sub;
+  return op;
+}
+
+OpSpec OpSpec::Lease(std::string policy, std::string key, std::string tenant, int64_t units,
+                     const SubBucket& sub) {
+  OpSpec op;
+  op.kind = OpKind::kLease;
+  op.policy = std::move(policy);
+  op.key = std::move(key);
+  op.tenant = std::move(tenant);
+  op.cost = units;
+  op.sub = sub;
+  return op;
+}
+
+OpSpec OpSpec::Return(std::string policy, std::string key, std::string tenant, int64_t units,
+                      int64_t leased_at_ms, uint64_t lease_id, const SubBucket& sub) {
+  OpSpec op = Lease(std::move(policy), std::move(key), std::move(tenant), units, sub);
+  op.kind = OpKind::kReturn;
+  op.leased_at_ms = leased_at_ms;
+  op.lease_id = lease_id;
+  return op;
+}
+
+OpSpec OpSpec::Split(std::string policy, std::string key, int64_t sent) {
+  OpSpec op;
+  op.kind = OpKind::kSplit;
+  op.policy = std::move(policy);
+  op.key = std::move(key);
+  op.cost = sent;
+  return op;
+}
+
+OpSpec OpSpec::About(OpKind kind) {
+  OpSpec op;
+  op.kind = kind;
+  return op;
+}
+
 void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
-  if (op.split_k != 0) {
-    b.OnSubBucket(op.split_k, op.split_index, op.split_epoch,
-                  {op.split_token.data(), op.split_token_bytes});
-  }
+  if (op.sub.k != 0) b.OnSubBucket(op.sub.k, op.sub.index, op.sub.epoch, op.sub.token_view());
   switch (op.kind) {
     case OpKind::kCheck: b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation); break;
     case OpKind::kLease: b.Lease(id, op.policy, op.key, op.tenant, op.cost); break;

@@ -10,6 +10,7 @@
 
 #include "common/decision.h"
 #include "protocol/request_builder.h"
+#include "protocol/sub_bucket.h"
 
 namespace limiter {
 
@@ -20,7 +21,8 @@ struct OpReply;
 enum class OpKind : uint8_t { kCheck, kLease, kReturn, kStats, kSplit, kHotKeys, kMembers };
 inline constexpr size_t kOpKinds = 7;
 
-// What a client asks a node: the fields of one wire::Op.
+// What a client asks a node: the fields of one wire::Op. Made by the named constructors below,
+// one per kind of op.
 struct OpSpec {
   OpKind kind = OpKind::kCheck;
   std::string policy;
@@ -31,12 +33,20 @@ struct OpSpec {
                      // SPLIT: ops sent to the sub-buckets
   int64_t leased_at_ms = 0;  // RETURN: of the lease, with its id
   uint64_t lease_id = 0;
-  // An op on a sub-bucket of a split key (0: the key itself).
-  uint16_t split_k = 0;
-  uint16_t split_index = 0;
-  uint32_t split_epoch = 0;
-  std::array<uint8_t, 24> split_token{};  // the first split_token_bytes
-  uint8_t split_token_bytes = 0;
+  SubBucket sub;  // an op on a sub-bucket of a split key (k 0: the key itself)
+
+  // CHECK of `cost` units, or of `operation`'s cost when one is named.
+  static OpSpec Check(std::string policy, std::string key, std::string tenant,
+                      std::string operation, int64_t cost, const SubBucket& sub = {});
+  static OpSpec Lease(std::string policy, std::string key, std::string tenant, int64_t units,
+                      const SubBucket& sub = {});
+  // Gives back `units` of the lease `lease_id` granted at `leased_at_ms` (node time).
+  static OpSpec Return(std::string policy, std::string key, std::string tenant, int64_t units,
+                       int64_t leased_at_ms, uint64_t lease_id, const SubBucket& sub = {});
+  // A split key's current split, reporting the `sent` ops this client sent its sub-buckets.
+  static OpSpec Split(std::string policy, std::string key, int64_t sent);
+  // STATS, HOTKEYS or MEMBERS: about the node, not a key.
+  static OpSpec About(OpKind kind);
 };
 
 // The node's answer, copied out of a wire::OpReply.

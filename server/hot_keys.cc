@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "server/authenticator.h"
-#include "server/sub_bucket.h"
+#include "server/sub_rates.h"
 
 namespace limiter {
 namespace {

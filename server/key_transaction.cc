@@ -5,7 +5,7 @@
 #include "server/durable_store.h"
 #include "server/policy_table.h"
 #include "server/region_shares.h"
-#include "server/sub_bucket.h"
+#include "server/sub_rates.h"
 
 namespace limiter {
 

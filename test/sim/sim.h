@@ -71,7 +71,7 @@ class SimTransport final : public Transport {
     ++sent_;
     ++by_kind_[static_cast<size_t>(op.kind)];
     ++by_policy_[op.policy];
-    if (op.split_k != 0) ++sub_bucket_ops_[address];
+    if (op.sub.k != 0) ++sub_bucket_ops_[address];
     auto it = nodes_.find(address);
     if (it == nodes_.end() || it->second.refuses) {
       s_.Post([done] { done(CallResult{CallStatus::kConnection, "refused", {}}); });

@@ -22,7 +22,7 @@
 #include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "server/policy_table.h"
-#include "server/sub_bucket.h"
+#include "server/sub_rates.h"
 
 namespace limiter {
 namespace {
