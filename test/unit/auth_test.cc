@@ -16,11 +16,12 @@
 
 #include "protocol/handshake.h"
 #include "protocol/request_builder.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -185,11 +186,8 @@ policies:
 class AuthNodeTest : public ::testing::Test {
  protected:
   void Start(NodeOptions options) {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "auth.yaml");
-    ASSERT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
-    node_ = std::make_unique<Node>(policies_, clock_, std::move(options));
-    worker_ = &node_->AddWorker();
+    harness_ = std::make_unique<testing::NodeHarness>(policies_, std::move(options));
+    node_ = &harness_->node();
     session_ = node_->authenticator().NewSession();
   }
   void SetUp() override {
@@ -200,22 +198,17 @@ class AuthNodeTest : public ::testing::Test {
 
   // One frame on the session; the reply is kept until the next call.
   const wire::Reply& Send(RequestBuilder& b) {
-    out_.clear();
-    after_ = node_->HandleFrame(*worker_, session_, b.Finish(), out_);
-    b.Clear();
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* r = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(r, nullptr);
-    return *r;
+    const wire::Reply& r = harness_->Send(session_, b);
+    after_ = harness_->after();
+    return r;
   }
-  std::string ErrorOf(const wire::Reply& r) { return r.error() ? r.error()->str() : ""; }
-  int64_t Stat(const std::string& name) {
-    for (const auto& [n, v] : node_->Stats()) {
-      if (n == name) return v;
-    }
-    return -1;
+  const wire::Reply& Send(std::span<const uint8_t> body) {
+    const wire::Reply& r = harness_->Send(session_, body);
+    after_ = harness_->after();
+    return r;
   }
+  static std::string ErrorOf(const wire::Reply& r) { return testing::ErrorOf(r); }
+  int64_t Stat(const std::string& name) { return harness_->Stat(name); }
 
   // The whole handshake with `secret`; empty when the node accepted it and proved itself.
   std::string Handshake(const std::string& secret) {
@@ -235,14 +228,11 @@ class AuthNodeTest : public ::testing::Test {
     return "";
   }
 
-  ManualClock clock_{1'000'000};
-  PolicySet policies_;
-  std::unique_ptr<Node> node_;
-  Node::Worker* worker_ = nullptr;
+  const PolicySet policies_ = testing::Policies(kPolicies, "auth.yaml");
+  std::unique_ptr<testing::NodeHarness> harness_;
+  Node* node_ = nullptr;
   Session session_;
   Node::AfterFrame after_ = Node::AfterFrame::kContinue;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
 };
 
 TEST_F(AuthNodeTest, TheCurrentOrTheNextSecretOpensTheConnection) {
@@ -317,8 +307,8 @@ TEST_F(AuthNodeTest, EveryMalformedHandshakeIsRefused) {
   // Not a Request at all, before authentication: closed too.
   session_ = node_->authenticator().NewSession();
   const std::vector<uint8_t> junk = {1, 2, 3, 4, 5, 6, 7, 8};
-  out_.clear();
-  EXPECT_EQ(node_->HandleFrame(*worker_, session_, junk, out_), Node::AfterFrame::kClose);
+  Send(junk);
+  EXPECT_EQ(after_, Node::AfterFrame::kClose);
 }
 
 TEST_F(AuthNodeTest, AProofForAnotherNonceOrASecondChallengeIsRefused) {
@@ -466,7 +456,7 @@ TEST_F(FrameBoundsTest, AReplyThatGrowsPastItsBoundIsCutOffWithAnError) {
   ASSERT_EQ(after_, Node::AfterFrame::kClose);
   EXPECT_EQ(r.ops(), nullptr);
   EXPECT_NE(ErrorOf(r).find("would exceed 8192 bytes"), std::string::npos) << ErrorOf(r);
-  EXPECT_LE(out_.size(), 1024u);
+  EXPECT_LE(harness_->reply_bytes().size(), 1024u);
 }
 
 // --- Ops on sub-buckets ---

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "protocol/request_builder.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter::test_cluster {
 
@@ -30,23 +31,9 @@ policies:
 
 class Cluster : public ::testing::Test {
  protected:
-  Cluster() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "handoff.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
-  }
-
-  struct Member {
-    std::unique_ptr<ManualClock> clock;
-    std::unique_ptr<Node> node;
-    Node::Worker* worker = nullptr;
-  };
-
   // A node named `name` with `members` at generation 1; its clock reads `clock_ms`.
   Node& Add(const std::string& name, std::vector<std::string> members, int64_t clock_ms,
             bool join_gate = false) {
-    Member& m = members_[name];
-    m.clock = std::make_unique<ManualClock>(clock_ms);
     NodeOptions o;
     o.name = name;
     o.self = name;
@@ -56,32 +43,21 @@ class Cluster : public ::testing::Test {
     o.join_gate = join_gate;
     o.hot.split_above = 500;
     o.hot.sample_every = 1;
-    m.node = std::make_unique<Node>(policies_, *m.clock, o);
-    m.worker = &m.node->AddWorker();
-    return *m.node;
+    members_[name] = std::make_unique<testing::NodeHarness>(policies_, o, clock_ms);
+    return members_[name]->node();
   }
-  Node& node(const std::string& name) { return *members_.at(name).node; }
-  ManualClock& clock(const std::string& name) { return *members_.at(name).clock; }
+  Node& node(const std::string& name) { return members_.at(name)->node(); }
+  ManualClock& clock(const std::string& name) { return members_.at(name)->clock(); }
   void AdvanceAll(int64_t ms) {
-    for (auto& [name, m] : members_) m.clock->Advance(ms);
+    for (auto& [name, m] : members_) m->clock().Advance(ms);
   }
 
-  // One frame to a node; its verified reply (valid until the next call).
+  // One frame to a node; its verified reply (valid until the next frame to that node).
   const wire::Reply& Send(const std::string& to, std::span<const uint8_t> body) {
-    Member& m = members_.at(to);
-    out_.clear();
-    m.node->HandleFrame(*m.worker, body, out_);
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply;
+    return members_.at(to)->Send(body);
   }
   const wire::OpReply& One(const std::string& to, RequestBuilder& b) {
-    const wire::Reply& r = Send(to, b.Finish());
-    b.Clear();
-    EXPECT_EQ(r.ops()->size(), 1u);
-    return *r.ops()->Get(0);
+    return members_.at(to)->One(b);
   }
   wire::Status Check(const std::string& to, const std::string& policy, const std::string& key,
                      bool* allowed = nullptr) {
@@ -125,20 +101,14 @@ class Cluster : public ::testing::Test {
   }
 
   int64_t Stat(const std::string& on, const std::string& name) {
-    for (const auto& [n, v] : node(on).Stats()) {
-      if (n == name) return v;
-    }
-    ADD_FAILURE() << "no stat " << name;
-    return -1;
+    return members_.at(on)->Stat(name);
   }
 
-  PolicySet policies_;
-  std::map<std::string, Member> members_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "handoff.yaml");
+  std::map<std::string, std::unique_ptr<testing::NodeHarness>> members_;
   std::map<std::string, int> frames_to_;
   std::set<std::string> unreachable_;
   std::string last_refusal_;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
 };
 
 // Keys named so that each of the two nodes owns some.

@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "common/clock.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "server/durable_store.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -76,9 +76,7 @@ class DurableFullDisk : public ::testing::Test {
     }
     mounted_ = true;
     dir_ = mount_ + "/db";
-    Result<PolicySet> p = ParsePolicies(kPolicies, "full_disk.yaml");
-    ASSERT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+    policies_ = testing::Policies(kPolicies, "full_disk.yaml");
   }
   void TearDown() override {
     if (store_) Bounded("closing the store", 60, mount_, [this] { store_.reset(); });

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/policy_file.h"
 #include "protocol/state_transfer.h"
 #include "server/durable_record.h"
+#include "test/support/policies.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
@@ -40,9 +40,8 @@ Policy MakePolicy(const std::string& algorithm, int64_t limit, int64_t burst) {
                            ", limit: " + std::to_string(limit) + ", window: 10s" +
                            (bucket ? ", burst: " + std::to_string(burst) : std::string()) +
                            ", class: contract, durable: true}\n";
-  Result<PolicySet> set = ParsePolicies(text, "rate_change.yaml");
-  EXPECT_TRUE(set.ok()) << set.error();
-  return set.ok() ? set->policies()[0] : Policy{};
+  const PolicySet set = testing::Policies(text, "rate_change.yaml");
+  return set.policies().empty() ? Policy{} : set.policies()[0];
 }
 
 class LoweredRate : public ::testing::TestWithParam<std::string> {};

@@ -17,13 +17,13 @@
 
 #include "protocol/request_builder.h"
 #include "common/calendar.h"
-#include "protocol/frame_codec.h"
-#include "common/policy_file.h"
 #include "protocol/wire.h"
 #include "server/durable_record.h"
-#include "test/unit/test_seed.h"
 #include "server/durable_store.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
+#include "test/unit/test_seed.h"
 
 namespace limiter {
 namespace {
@@ -72,9 +72,6 @@ class DurableTest : public ::testing::Test {
     dir_ = ::testing::TempDir() + "/limiter_durable_" + std::to_string(::getpid()) + "_" +
            std::to_string(counter++);
     std::filesystem::remove_all(dir_);
-    Result<PolicySet> p = ParsePolicies(kPolicies, "durable.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
   }
   ~DurableTest() override {
     node_.reset();
@@ -96,8 +93,8 @@ class DurableTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.error();
     NodeOptions options;
     options.store.max_keys = 1'000'000;
-    node_ = std::make_unique<Node>(policies_, *clock_, options, std::move(store).value());
-    worker_ = &node_->AddWorker();
+    node_ = std::make_unique<testing::NodeHarness>(policies_, *clock_, options,
+                                                   std::move(store).value());
   }
   // A restart on another machine: a new monotonic clock, the wall clock `wall_ms` on.
   void Restart(int64_t wall_ms, DurabilityMode mode = DurabilityMode::kSync) {
@@ -108,25 +105,11 @@ class DurableTest : public ::testing::Test {
     Start(mode);
   }
 
-  const wire::Reply& Send(RequestBuilder& b) {
-    reply_bytes_.clear();
-    node_->HandleFrame(*worker_, b.Finish(), reply_bytes_);
-    b.Clear();
-    const FrameResult f = DecodeFrame(reply_bytes_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply;
-  }
-  const wire::OpReply& One(RequestBuilder& b) { return *Send(b).ops()->Get(0); }
-
+  const wire::Reply& Send(RequestBuilder& b) { return node_->Send(b); }
+  const wire::OpReply& One(RequestBuilder& b) { return node_->One(b); }
   bool Check(std::string_view policy, std::string_view key, std::string_view tenant = {},
              int64_t cost = 1) {
-    RequestBuilder b;
-    b.Check(1, policy, key, tenant, cost);
-    const wire::OpReply& r = One(b);
-    EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
-    return r.allowed();
+    return node_->Check(policy, key, tenant, cost);
   }
   int Admitted(std::string_view policy, std::string_view key, int tries,
                std::string_view tenant = {}) {
@@ -143,12 +126,9 @@ class DurableTest : public ::testing::Test {
   }
 
   std::string dir_;
-  PolicySet policies_;
+  PolicySet policies_ = testing::Policies(kPolicies, "durable.yaml");
   std::unique_ptr<ManualClock> clock_ = std::make_unique<ManualClock>(1'000'000);
-  std::unique_ptr<Node> node_;
-  Node::Worker* worker_ = nullptr;
-  std::vector<uint8_t> reply_bytes_;
-  std::vector<uint64_t> aligned_;
+  std::unique_ptr<testing::NodeHarness> node_;
 };
 
 TEST_F(DurableTest, EveryAlgorithmsStateSurvivesARestartElsewhere) {
@@ -158,7 +138,7 @@ TEST_F(DurableTest, EveryAlgorithmsStateSurvivesARestartElsewhere) {
   Restart(/*wall_ms=*/10);
   for (const char* p : kDurablePolicies) EXPECT_EQ(Admitted(p, "k", 3), 0) << p;
   EXPECT_EQ(Admitted("memory", "k", 8), 5) << "memory-only keys start fresh";
-  EXPECT_GE(node_->durable()->stats().read_hits, 6);
+  EXPECT_GE(node_->node().durable()->stats().read_hits, 6);
 }
 
 TEST_F(DurableTest, NestedLimitsAndTheirTenantSurvive) {
@@ -230,20 +210,17 @@ TEST_F(DurableTest, SyncRepliesComeAfterTheirBatchIsDurable) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      Node::Worker& w = node_->AddWorker();
-      std::vector<uint8_t> out;
+      testing::NodeHarness::Caller caller = node_->NewCaller();
       RequestBuilder b;
       for (int i = 0; i < kKeys; ++i) {
         b.Check(1, "window", "t" + std::to_string(t) + "-" + std::to_string(i), {}, 5);
-        out.clear();
-        node_->HandleFrame(w, b.Finish(), out);
-        b.Clear();
+        caller.Send(b);
         // Returned: its write is synced (nothing of this thread's is pending).
       }
     });
   }
   for (auto& t : threads) t.join();
-  const DurableStore::Stats s = node_->durable()->stats();
+  const DurableStore::Stats s = node_->node().durable()->stats();
   EXPECT_EQ(s.pending, 0);
   EXPECT_EQ(s.writes, kThreads * kKeys);
   EXPECT_GE(s.commits, 1);
@@ -268,8 +245,8 @@ TEST_F(DurableTest, ExpiredRecordsAreCompactedAway) {
   for (int i = 0; i < 500; ++i) EXPECT_TRUE(Check("second", "k" + std::to_string(i)));
   EXPECT_TRUE(Check("window", "stays"));
   clock_->Advance(2000);  // the 1 s windows have passed; the hour has not
-  node_->durable()->CompactAll();
-  const DurableStore::Stats s = node_->durable()->stats();
+  node_->node().durable()->CompactAll();
+  const DurableStore::Stats s = node_->node().durable()->stats();
   EXPECT_EQ(s.expired, 500);
   Restart(0);
   EXPECT_EQ(Admitted("window", "stays", 5), 4);
@@ -286,8 +263,8 @@ TEST_F(DurableTest, AKeyBackToFreshIsErased) {
   const uint64_t id = lease.lease_id();
   b.Return(2, "bucket", "k", {}, 3, at, id);
   EXPECT_EQ(One(b).granted(), 3);
-  node_->durable()->CompactAll();
-  EXPECT_EQ(node_->durable()->stats().live_keys, 0);
+  node_->node().durable()->CompactAll();
+  EXPECT_EQ(node_->node().durable()->stats().live_keys, 0);
 }
 
 TEST_F(DurableTest, DurablePoliciesNeedADataDir) {
@@ -297,10 +274,9 @@ TEST_F(DurableTest, DurablePoliciesNeedADataDir) {
   EXPECT_NE(store.error().find("durable.yaml:"), std::string::npos) << store.error();
   EXPECT_NE(store.error().find("policy 'window' is durable: give --data-dir"), std::string::npos)
       << store.error();
-  Result<PolicySet> memory = ParsePolicies(
+  const PolicySet memory = testing::Policies(
       "policies:\n  - {name: m, algorithm: gcra, limit: 1, window: 1s, class: contract}\n", "m.yaml");
-  ASSERT_TRUE(memory.ok());
-  Result<std::unique_ptr<DurableStore>> nothing = OpenDurableStore(*memory, *clock_, none);
+  Result<std::unique_ptr<DurableStore>> nothing = OpenDurableStore(memory, *clock_, none);
   ASSERT_TRUE(nothing.ok());
   EXPECT_EQ(nothing->get(), nullptr);
 }
@@ -390,7 +366,7 @@ TEST_F(DurableTest, AnUnreadableRecordIsAnErrorReplyForItsKeyOnly) {
   EXPECT_NE(r.error()->str().find("record of format 7"), std::string::npos) << r.error()->str();
   EXPECT_FALSE(r.allowed());
   EXPECT_TRUE(Check("window", "other")) << "other keys are served";
-  EXPECT_GE(node_->durable()->stats().errors, 1);
+  EXPECT_GE(node_->node().durable()->stats().errors, 1);
 }
 
 TEST_F(DurableTest, APolicyWhoseAlgorithmChangedStartsItsKeysFresh) {
@@ -400,12 +376,10 @@ TEST_F(DurableTest, APolicyWhoseAlgorithmChangedStartsItsKeysFresh) {
   std::string changed = kPolicies;
   const std::string from = "name: bucket, algorithm: token_bucket";
   changed.replace(changed.find(from), from.size(), "name: bucket, algorithm: gcra");
-  Result<PolicySet> p = ParsePolicies(changed, "durable.yaml");
-  ASSERT_TRUE(p.ok()) << p.error();
-  policies_ = std::move(p).value();
+  policies_ = testing::Policies(changed, "durable.yaml");
   Start();
   EXPECT_EQ(Admitted("bucket", "k", 6), 5);
-  EXPECT_EQ(node_->durable()->stats().dropped, 1);
+  EXPECT_EQ(node_->node().durable()->stats().dropped, 1);
 }
 
 // ----- Calendar windows on the node: the wall clock, Europe/Berlin -----
@@ -486,14 +460,8 @@ class DurableHandoffTest : public ::testing::Test {
   struct Member {
     std::string dir;
     std::unique_ptr<ManualClock> clock;
-    std::unique_ptr<Node> node;
-    Node::Worker* worker = nullptr;
+    std::unique_ptr<testing::NodeHarness> node;
   };
-  DurableHandoffTest() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "durable.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
-  }
   ~DurableHandoffTest() override {
     for (auto& [name, m] : members_) {
       m.node.reset();
@@ -518,18 +486,12 @@ class DurableHandoffTest : public ::testing::Test {
     o.name = o.self = name;
     o.members = {"a:1", "b:1"};
     o.generation = 1;
-    m.node = std::make_unique<Node>(policies_, *m.clock, o, std::move(store).value());
-    m.worker = &m.node->AddWorker();
+    m.node = std::make_unique<testing::NodeHarness>(policies_, *m.clock, o,
+                                                    std::move(store).value());
   }
+  Node& node(const std::string& name) { return members_.at(name).node->node(); }
   const wire::OpReply& Op(const std::string& to, RequestBuilder& b) {
-    Member& m = members_.at(to);
-    out_.clear();
-    m.node->HandleFrame(*m.worker, b.Finish(), out_);
-    b.Clear();
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply->ops()->Get(0);
+    return members_.at(to).node->One(b);
   }
   int Admitted(const std::string& on, const std::string& key, int tries) {
     int n = 0;
@@ -544,18 +506,14 @@ class DurableHandoffTest : public ::testing::Test {
   }
   Handoff::Sink Sink() {
     return [this](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
-      Member& m = members_.at(member);
-      out_.clear();
-      m.node->HandleFrame(*m.worker, frame, out_);
-      const FrameResult f = DecodeFrame(out_, 64u << 20);
-      const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-      if (reply == nullptr || reply->ops()->Get(0)->status() != wire::Status::Ok) return -1;
-      return reply->ops()->Get(0)->granted();
+      const wire::Reply& reply = members_.at(member).node->Send(frame);
+      if (!reply.ops() || reply.ops()->Get(0)->status() != wire::Status::Ok) return -1;
+      return reply.ops()->Get(0)->granted();
     };
   }
   std::vector<std::string> KeysOf(const std::string& owner, int n) {
     std::vector<std::string> keys;
-    const std::shared_ptr<const ClusterRing> list = members_.at(owner).node->membership();
+    const std::shared_ptr<const ClusterRing> list = node(owner).membership();
     const Ring* ring = &list->ring;
     for (int i = 0; static_cast<int>(keys.size()) < n; ++i) {
       const std::string k = "k" + std::to_string(i);
@@ -564,10 +522,8 @@ class DurableHandoffTest : public ::testing::Test {
     return keys;
   }
 
-  PolicySet policies_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "durable.yaml");
   std::map<std::string, Member> members_;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
 };
 
 TEST_F(DurableHandoffTest, KeysOnDiskOnlyAreHandedOverWhenTheNodeLeaves) {
@@ -576,31 +532,31 @@ TEST_F(DurableHandoffTest, KeysOnDiskOnlyAreHandedOverWhenTheNodeLeaves) {
   const std::vector<std::string> keys = KeysOf("a:1", 12);
   for (const std::string& k : keys) ASSERT_EQ(Admitted("a:1", k, 5), 5);
   Start("a:1", 2'000'000);  // restarted: its keys are on its disk only
-  ASSERT_TRUE(members_.at("b:1").node->ownership().SetMembers({"b:1"}, 2).ok());
-  members_.at("a:1").node->Leave(2);
+  ASSERT_TRUE(node("b:1").ownership().SetMembers({"b:1"}, 2).ok());
+  node("a:1").Leave(2);
   const std::optional<HandoffStats> stats =
-      members_.at("a:1").node->handoff().RunNext(Sink(), std::chrono::milliseconds(0));
+      node("a:1").handoff().RunNext(Sink(), std::chrono::milliseconds(0));
   ASSERT_TRUE(stats.has_value());
   EXPECT_EQ(stats->keys_sent, static_cast<int64_t>(keys.size()));
   EXPECT_EQ(stats->keys_lost, 0);
   for (const std::string& k : keys) EXPECT_EQ(Admitted("b:1", k, 2), 0) << k;
   // a's records went with the keys: none is left to come back stale.
-  members_.at("a:1").node->durable()->CompactAll();
-  EXPECT_EQ(members_.at("a:1").node->durable()->stats().live_keys, 0);
-  EXPECT_GE(members_.at("b:1").node->durable()->stats().writes, static_cast<int64_t>(keys.size()))
+  node("a:1").durable()->CompactAll();
+  EXPECT_EQ(node("a:1").durable()->stats().live_keys, 0);
+  EXPECT_GE(node("b:1").durable()->stats().writes, static_cast<int64_t>(keys.size()))
       << "b wrote the keys it took to its own database";
 }
 
 TEST(DurableRecordTest, ARecordOfACalendarPolicyThatIsNoLongerOneIsDropped) {
-  Result<PolicySet> calendar = ParsePolicies(
+  const PolicySet calendar = testing::Policies(
       "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, align: calendar, "
       "class: billing, durable: true}\n", "a.yaml");
-  Result<PolicySet> plain = ParsePolicies(
+  const PolicySet plain = testing::Policies(
       "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, class: billing, "
       "durable: true}\n", "b.yaml");
-  ASSERT_TRUE(calendar.ok() && plain.ok());
-  const Policy& c = calendar->policies().front();
-  const Policy& p = plain->policies().front();
+  ASSERT_FALSE(calendar.policies().empty() || plain.policies().empty());
+  const Policy& c = calendar.policies().front();
+  const Policy& p = plain.policies().front();
   const int64_t wall = Utc(2026, 5, 5, 12);
   const int64_t now = c.calendar->ToWindowTime(wall);
   KeyLimiter state(FixedWindow::State{now - now % c.rate.window_ms(), 3});
@@ -619,11 +575,11 @@ TEST(DurableRecordTest, ARecordOfACalendarPolicyThatIsNoLongerOneIsDropped) {
 TEST(DurableRecordTest, AStateAheadOfTheWritersClockComesBackWhole) {
   // Another worker, with a later clock reading, moved the bucket on before this one wrote it:
   // the write's offsets start from the state's own time, never positive.
-  Result<PolicySet> ps = ParsePolicies(
+  const PolicySet ps = testing::Policies(
       "policies:\n  - {name: b, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, "
       "class: contract, durable: true}\n", "c.yaml");
-  ASSERT_TRUE(ps.ok());
-  const Policy& p = ps->policies().front();
+  ASSERT_FALSE(ps.policies().empty());
+  const Policy& p = ps.policies().front();
   KeyLimiter state(p.algorithm);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(state.Decide(p.rate, 10'050, 1).allowed);
   std::string value;
@@ -641,11 +597,11 @@ TEST(DurableRecordTest, AnyBytesDecodeOrFailWithoutACrash) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  Result<PolicySet> ps = ParsePolicies(
+  const PolicySet ps = testing::Policies(
       "policies:\n  - {name: b, algorithm: sliding_log, limit: 50, window: 1h, class: contract, "
       "durable: true}\n", "d.yaml");
-  ASSERT_TRUE(ps.ok());
-  const Policy& p = ps->policies().front();
+  ASSERT_FALSE(ps.policies().empty());
+  const Policy& p = ps.policies().front();
   KeyLimiter state(p.algorithm);
   for (int i = 0; i < 20; ++i) state.Decide(p.rate, 1000 + i * 7, 1 + i % 3);
   std::string good;

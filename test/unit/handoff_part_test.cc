@@ -15,12 +15,12 @@
 #include <variant>
 #include <vector>
 
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
 #include "server/handoff.h"
 #include "server/store.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -33,12 +33,6 @@ policies:
   - {name: day, algorithm: fixed_window, limit: 50, window: 1h, class: contract}
 )";
 constexpr int kLogin = 0, kDay = 1;
-
-PolicySet Parse(const std::string& yaml) {
-  Result<PolicySet> p = ParsePolicies(yaml, "handoff.yaml");
-  EXPECT_TRUE(p.ok()) << p.error();
-  return p.ok() ? std::move(p).value() : PolicySet();
-}
 
 // One node's parts that a hand-off touches.
 struct Side {
@@ -63,7 +57,7 @@ struct Side {
 
 class HandoffPartTest : public ::testing::Test {
  protected:
-  HandoffPartTest() : policies_(Parse(kPolicies)) {}
+  HandoffPartTest() : policies_(testing::Policies(kPolicies, "handoff.yaml")) {}
 
   Side& Add(const std::string& name, Members members, int64_t clock_ms,
             const PolicySet* policies = nullptr, int64_t max_keys = 10'000,
@@ -330,11 +324,11 @@ TEST_F(HandoffPartTest, AKeyOfASlotTheSenderNeverOwnedIsRefusedAndTheRestTaken) 
 TEST_F(HandoffPartTest, ABatchUnderAnotherPolicyFileOrKeySeedIsRefusedAndItsKeysLost) {
   const Members both = {"a:1", "b:1"};
   // a runs a file whose login limit differs: its states mean something else.
-  const PolicySet changed = Parse(R"(
+  const PolicySet changed = testing::Policies(R"(
 policies:
   - {name: login, algorithm: token_bucket, limit: 11, window: 1m, class: security, mode: strict}
   - {name: day, algorithm: fixed_window, limit: 50, window: 1h, class: contract}
-)");
+)", "handoff.yaml");
   Side& a = Add("a:1", both, 1'000, &changed);
   Side& b = Add("b:1", both, 2'000);
   ASSERT_NE(a.table.digest(), b.table.digest());

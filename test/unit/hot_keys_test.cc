@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "server/authenticator.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -71,18 +71,13 @@ Authenticator::Options AuthOptions(bool secret) {
 class HotKeysTest : public ::testing::Test {
  protected:
   explicit HotKeysTest(bool secret = true, HotKeyOptions options = Options())
-      : policies_(Parse()),
+      : policies_(testing::Policies(kPolicies, "hot.yaml")),
         table_(policies_, /*durable_store=*/true, /*regions=*/true),
         store_(policies_, {100'000, 8, &clock_, 2 * options.split_valid_ms}),
         auth_(AuthOptions(secret)),
         hot_(table_, clock_, store_, auth_, options),
         worker_(&hot_.AddSampler()) {}
 
-  static PolicySet Parse() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "hot.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    return p.ok() ? std::move(p).value() : PolicySet();
-  }
   KeyId Id(int policy, const std::string& key) const {
     return protocol::LimitId(table_.at(policy), key, "");
   }

@@ -19,10 +19,10 @@
 #include <utility>
 #include <vector>
 
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "server/policy_table.h"
 #include "server/sub_rates.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -43,13 +43,9 @@ using Fields = std::vector<std::pair<std::string, int64_t>>;
 class KeyTransactionTest : public ::testing::Test {
  protected:
   explicit KeyTransactionTest(size_t stripes = 8)
-      : policies_(Parse()), table_(policies_, false, false), store_(policies_, {10'000, stripes}) {}
-
-  static PolicySet Parse() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "tx.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    return p.ok() ? std::move(p).value() : PolicySet();
-  }
+      : policies_(testing::Policies(kPolicies, "tx.yaml")),
+        table_(policies_, false, false),
+        store_(policies_, {10'000, stripes}) {}
 
   // A limit of an op, as the node resolves it: its key kept alive by the fixture.
   LimitEntry Entry(int policy, const std::string& key, int64_t now, int64_t cost = 1) {

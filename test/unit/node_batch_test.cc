@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "protocol/request_builder.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 #include "server/store.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
@@ -32,32 +33,22 @@ policies:
   - {name: user, algorithm: sliding_log, limit: 3, window: 1s, class: contract}
 )";
 
-PolicySet Policies() {
-  Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
-  EXPECT_TRUE(p.ok()) << p.error();
-  return std::move(p).value();
-}
-
-// One node and its worker; Send answers a frame with one line per op.
+// One node on the caller's clock; Send answers a frame with one line per op.
 class Side {
  public:
   Side(const PolicySet& policies, const Clock& clock, int64_t max_keys = 1000)
-      : node_(policies, clock, Options(max_keys)), worker_(&node_.AddWorker()) {}
+      : node_(policies, clock, Options(max_keys)) {}
 
   std::vector<std::string> Send(std::span<const uint8_t> body) {
-    reply_.clear();
-    node_.HandleFrame(*worker_, body, reply_);
-    const FrameResult f = DecodeFrame(reply_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
+    const wire::Reply& reply = node_.Send(body);
     std::vector<std::string> lines;
-    if (reply == nullptr || reply->ops() == nullptr) return lines;
-    for (const wire::OpReply* op : *reply->ops()) lines.push_back(Describe(*op));
+    if (reply.ops() == nullptr) return lines;
+    for (const wire::OpReply* op : *reply.ops()) lines.push_back(Describe(*op));
     return lines;
   }
 
-  Node& node() { return node_; }
-  Node::Worker& AddWorker() { return node_.AddWorker(); }
+  Node& node() { return node_.node(); }
+  testing::NodeHarness::Caller NewCaller() { return node_.NewCaller(); }
 
  private:
   static NodeOptions Options(int64_t max_keys) {
@@ -82,10 +73,7 @@ class Side {
     return s;
   }
 
-  Node node_;
-  Node::Worker* worker_;
-  std::vector<uint8_t> reply_;
-  std::vector<uint64_t> aligned_;
+  testing::NodeHarness node_;
 };
 
 // A key a plain check named: policy, key, tenant.
@@ -154,7 +142,7 @@ TEST(NodeBatchTest, AFrameOfManyOpsAnswersEachAsAFrameOfOneWould) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  const PolicySet policies = Policies();
+  const PolicySet policies = testing::Policies(kPolicies);
   ManualClock clock(1'000'000);
   Side batched(policies, clock);
   Side single(policies, clock);
@@ -194,20 +182,18 @@ TEST(NodeBatchTest, AFrameOfManyOpsAnswersEachAsAFrameOfOneWould) {
 
 // Workers that add keys grow the tables while other workers prefetch into them.
 TEST(NodeBatchTest, WorkersAddingKeysTogetherEachGetTheirOwn) {
-  const PolicySet policies = Policies();
+  const PolicySet policies = testing::Policies(kPolicies);
   ManualClock clock(1'000'000);
   Side side(policies, clock, /*max_keys=*/100'000);
   constexpr int kThreads = 4;
   constexpr int kFrames = 100;
   constexpr int kKeysPerFrame = 50;
-  std::vector<Node::Worker*> workers;
-  for (int t = 0; t < kThreads; ++t) workers.push_back(&side.AddWorker());
+  std::vector<testing::NodeHarness::Caller> callers;
+  for (int t = 0; t < kThreads; ++t) callers.push_back(side.NewCaller());
   std::vector<int> allowed(kThreads, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<uint8_t> out;
-      std::vector<uint64_t> aligned;
       for (int f = 0; f < kFrames; ++f) {
         RequestBuilder b;
         for (int k = 0; k < kKeysPerFrame; ++k) {
@@ -217,12 +203,9 @@ TEST(NodeBatchTest, WorkersAddingKeysTogetherEachGetTheirOwn) {
           b.Check(1, "ip", key);
           b.Check(2, "ip", key);
         }
-        out.clear();
-        side.node().HandleFrame(*workers[static_cast<size_t>(t)], b.Finish(), out);
-        const FrameResult frame = DecodeFrame(out, 64u << 20);
-        const wire::Reply* reply = VerifiedReply(frame.body, aligned);
-        if (reply == nullptr || reply->ops() == nullptr) return;
-        for (const wire::OpReply* op : *reply->ops()) {
+        const wire::Reply& reply = callers[static_cast<size_t>(t)].Send(b);
+        if (reply.ops() == nullptr) return;
+        for (const wire::OpReply* op : *reply.ops()) {
           if (op->status() == wire::Status::Ok && op->allowed() &&
               op->results()->Get(0)->remaining() == (op->id() == 1 ? 4 : 3)) {
             ++allowed[static_cast<size_t>(t)];
@@ -248,14 +231,11 @@ namespace {
 // names of one length that differ in one byte, an unknown name between known ones, and a
 // frame after it, each get their own policy.
 TEST(NodeBatchTest, EachOpGetsThePolicyItNamesWhateverTheOpBeforeIt) {
-  Result<PolicySet> p = ParsePolicies(R"(
+  const PolicySet policies = testing::Policies(R"(
 policies:
   - {name: aaaa, algorithm: fixed_window, limit: 1, window: 1h, class: contract}
   - {name: aaab, algorithm: fixed_window, limit: 100, window: 1h, class: contract}
-)",
-                                      "names.yaml");
-  ASSERT_TRUE(p.ok()) << p.error();
-  const PolicySet policies = std::move(p).value();
+)", "names.yaml");
   ManualClock clock(1'000'000);
   Side side(policies, clock);
   RequestBuilder b;

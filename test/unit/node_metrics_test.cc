@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "common/policy_file.h"
 #include "protocol/key_id.h"
 #include "protocol/rules.h"
 #include "protocol/wire.h"
@@ -21,15 +20,10 @@
 #include "server/ownership.h"
 #include "server/policy_table.h"
 #include "server/store.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
-
-PolicySet Parse(const std::string& yaml) {
-  Result<PolicySet> p = ParsePolicies(yaml, "metrics.yaml");
-  EXPECT_TRUE(p.ok()) << p.error();
-  return p.ok() ? std::move(p).value() : PolicySet();
-}
 
 const char* kPolicies = R"(
 policies:
@@ -143,7 +137,7 @@ bool HasStat(const NodeMetrics::Snapshot& s, const std::string& name) {
 }
 
 TEST(NodeMetrics, TheWorkersCountersAreSummed) {
-  const PolicySet policies = Parse(kPolicies);
+  const PolicySet policies = testing::Policies(kPolicies, "metrics.yaml");
   Metrics m(policies);
   WorkerCounters& one = m.AddWorker();
   WorkerCounters& two = m.AddWorker();
@@ -200,7 +194,7 @@ TEST(NodeMetrics, TheWorkersCountersAreSummed) {
 }
 
 TEST(NodeMetrics, ThePartsFiguresAreRead) {
-  const PolicySet policies = Parse(kPolicies);
+  const PolicySet policies = testing::Policies(kPolicies, "metrics.yaml");
   Metrics m(policies);
   m.AddKey(0, "x");
   m.AddKey(0, "y");
@@ -230,7 +224,7 @@ TEST(NodeMetrics, ThePartsFiguresAreRead) {
 }
 
 TEST(NodeMetrics, StatsAndTheRenderedTextAgree) {
-  const PolicySet policies = Parse(kPolicies);
+  const PolicySet policies = testing::Policies(kPolicies, "metrics.yaml");
   Metrics m(policies);
   WorkerCounters& one = m.AddWorker();
   WorkerCounters& two = m.AddWorker();
@@ -338,7 +332,7 @@ TEST(NodeMetrics, StatsAndTheRenderedTextAgree) {
 }
 
 TEST(NodeMetrics, EachRenderingReadsTheCountersOnce) {
-  const PolicySet policies = Parse(kPolicies);
+  const PolicySet policies = testing::Policies(kPolicies, "metrics.yaml");
   Metrics m(policies);
   m.AddWorker().ops[kCheck][kAllowed].Add(1);
   m.collects_ = 0;
@@ -349,7 +343,7 @@ TEST(NodeMetrics, EachRenderingReadsTheCountersOnce) {
 }
 
 TEST(NodeMetrics, EveryFamilyHasItsHelpAndTypeBeforeItsSamples) {
-  const PolicySet policies = Parse(kPolicies);
+  const PolicySet policies = testing::Policies(kPolicies, "metrics.yaml");
   Metrics m(policies);
   WorkerCounters& w = m.AddWorker();
   w.ops[kCheck][kAllowed].Add(1);

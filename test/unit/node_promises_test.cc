@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "protocol/request_builder.h"
-#include "common/policy_file.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -27,34 +28,15 @@ policies:
 
 class PromisesTest : public ::testing::Test {
  protected:
-  PromisesTest() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "promises.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
-    node_ = std::make_unique<Node>(policies_, clock_, NodeOptions{});
-    a_ = &node_->AddWorker();
-    b_ = &node_->AddWorker();
-  }
+  using Caller = testing::NodeHarness::Caller;
 
-  const wire::OpReply& One(RequestBuilder& b, Node::Worker* w = nullptr) {
-    out_.clear();
-    node_->HandleFrame(w ? *w : *a_, b.Finish(), out_);
-    b.Clear();
-    const wire::Reply* r = VerifiedReply(DecodeFrame(out_, 64u << 20).body, aligned_);
-    EXPECT_NE(r, nullptr);
-    EXPECT_EQ(r->ops()->size(), 1u);
-    return *r->ops()->Get(0);
+  const wire::OpReply& One(RequestBuilder& b, Caller* w = nullptr) {
+    return (w ? *w : node_->caller()).One(b);
   }
-  int Checks(const std::string& policy, const std::string& key, int n, Node::Worker* w = nullptr,
+  int Checks(const std::string& policy, const std::string& key, int n, Caller* w = nullptr,
              const std::string& tenant = "") {
     int allowed = 0;
-    for (int i = 0; i < n; ++i) {
-      RequestBuilder b;
-      b.Check(1, policy, key, tenant);
-      const wire::OpReply& r = One(b, w);
-      EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
-      allowed += r.allowed();
-    }
+    for (int i = 0; i < n; ++i) allowed += (w ? *w : node_->caller()).Check(policy, key, tenant);
     return allowed;
   }
 
@@ -82,12 +64,12 @@ class PromisesTest : public ::testing::Test {
 
   ManualClock clock_{10'000'000};  // a whole number of seconds and minutes
   std::string last_error_;
-  PolicySet policies_;
-  std::unique_ptr<Node> node_;
-  Node::Worker* a_;
-  Node::Worker* b_;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "promises.yaml");
+  std::unique_ptr<testing::NodeHarness> node_ =
+      std::make_unique<testing::NodeHarness>(policies_, clock_);
+  Caller b_caller_ = node_->NewCaller();
+  Caller* a_ = &node_->caller();
+  Caller* b_ = &b_caller_;
 };
 
 TEST_F(PromisesTest, AReturnCannotRefillAStrictSecurityKey) {
@@ -138,8 +120,8 @@ TEST_F(PromisesTest, NothingLeasedBeforeARestartCanBeReturnedAfterIt) {
   const Granted lease = Lease("hour", "r", 10);
   ASSERT_EQ(lease.units, 10);
   // The node restarts (same clock, fresh memory): its key starts full, and it knows no lease.
-  node_ = std::make_unique<Node>(policies_, clock_, NodeOptions{});
-  a_ = &node_->AddWorker();
+  node_ = std::make_unique<testing::NodeHarness>(policies_, clock_);
+  a_ = &node_->caller();
   EXPECT_EQ(Checks("hour", "r", 990), 990);
   EXPECT_EQ(Return("hour", "r", 10, lease).first, wire::Status::BadRequest);
   EXPECT_EQ(Checks("hour", "r", 20), 10);  // the 10 the new life still had, no more

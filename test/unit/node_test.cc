@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "protocol/request_builder.h"
-#include "common/policy_file.h"
+#include "protocol/ring.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
 
 namespace limiter {
 namespace {
@@ -26,75 +27,33 @@ policies:
 
 class NodeTest : public ::testing::Test {
  protected:
-  explicit NodeTest(int64_t max_keys = 1000, size_t stripes = 8) {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+  explicit NodeTest(int64_t max_keys = 1000, size_t stripes = 8)
+      : node_(kPolicies, Options(max_keys, stripes)) {}
+
+  static NodeOptions Options(int64_t max_keys, size_t stripes) {
     NodeOptions options;
     options.store.max_keys = max_keys;
     options.store.stripes = stripes;
-    node_ = std::make_unique<Node>(policies_, clock_, options);
-    worker_ = &node_->AddWorker();
+    return options;
   }
 
-  // Sends what the builder holds; returns the verified reply (kept alive in reply_bytes_).
-  const wire::Reply& Send(RequestBuilder& b) { return SendBody(b.Finish()); }
-
-  const wire::Reply& SendBody(std::span<const uint8_t> body) {
-    reply_bytes_.clear();
-    node_->HandleFrame(*worker_, body, reply_bytes_);
-    const FrameResult f = DecodeFrame(reply_bytes_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    EXPECT_EQ(f.consumed, reply_bytes_.size());
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply;
-  }
-
-  // One op in, its reply out.
-  const wire::OpReply& One(RequestBuilder& b) {
-    const wire::Reply& r = Send(b);
-    EXPECT_EQ(r.ops()->size(), 1u);
-    b.Clear();
-    return *r.ops()->Get(0);
-  }
-
-  bool Check(const std::string& policy, const std::string& key, const std::string& tenant = "",
-             int64_t cost = 1) {
-    RequestBuilder b;
-    b.Check(1, policy, key, tenant, cost);
-    const wire::OpReply& r = One(b);
-    EXPECT_EQ(r.status(), wire::Status::Ok) << (r.error() ? r.error()->str() : "");
-    return r.allowed();
-  }
-
+  // One op that must fail with `expected`: its error.
   std::string ErrorOf(RequestBuilder& b, wire::Status expected) {
-    const wire::OpReply& r = One(b);
+    const wire::OpReply& r = node_.One(b);
     EXPECT_EQ(r.status(), expected);
     EXPECT_FALSE(r.allowed());
-    return r.error() ? r.error()->str() : "";
+    return testing::ErrorOf(r);
   }
 
-  int64_t Stat(const std::string& name) {
-    for (const auto& [n, v] : node_->Stats()) {
-      if (n == name) return v;
-    }
-    return -1;
-  }
-
-  ManualClock clock_{1'000'000};
-  PolicySet policies_;
-  std::unique_ptr<Node> node_;
-  Node::Worker* worker_;
-  std::vector<uint8_t> reply_bytes_;
-  std::vector<uint64_t> aligned_;
+  testing::NodeHarness node_;
+  ManualClock& clock_ = node_.clock();
 };
 
 TEST_F(NodeTest, CheckAdmitsUpToTheLimitThenSaysWhenToRetry) {
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Check("ip", "10.0.0.1"));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(node_.Check("ip", "10.0.0.1"));
   RequestBuilder b;
   b.Check(42, "ip", "10.0.0.1");
-  const wire::OpReply& r = One(b);
+  const wire::OpReply& r = node_.One(b);
   EXPECT_EQ(r.id(), 42u);
   EXPECT_FALSE(r.allowed());
   EXPECT_EQ(r.denied_by(), 0);
@@ -102,59 +61,61 @@ TEST_F(NodeTest, CheckAdmitsUpToTheLimitThenSaysWhenToRetry) {
   EXPECT_EQ(r.retry_after_ms(), 1000);  // 1,000,000 is a window start
   ASSERT_EQ(r.results()->size(), 1u);
   EXPECT_EQ(r.results()->Get(0)->remaining(), 0);
-  EXPECT_TRUE(Check("ip", "10.0.0.2"));  // other keys are untouched
+  EXPECT_TRUE(node_.Check("ip", "10.0.0.2"));  // other keys are untouched
   clock_.Advance(1000);
-  EXPECT_TRUE(Check("ip", "10.0.0.1"));
+  EXPECT_TRUE(node_.Check("ip", "10.0.0.1"));
 }
 
 TEST_F(NodeTest, NestedLimitsChargeTheTenantToo) {
   // 50 keys of 100 each under a tenant of 300: the tenant is the limit.
   int allowed = 0;
   for (int round = 0; round < 10; ++round) {
-    for (int k = 0; k < 50; ++k) allowed += Check("api_key", std::to_string(k) + "key", "acme");
+    for (int k = 0; k < 50; ++k) {
+      allowed += node_.Check("api_key", std::to_string(k) + "key", "acme");
+    }
   }
   EXPECT_EQ(allowed, 300);
   RequestBuilder b;
   b.Check(1, "api_key", "0key", "acme");
-  const wire::OpReply& r = One(b);
+  const wire::OpReply& r = node_.One(b);
   EXPECT_FALSE(r.allowed());
   EXPECT_EQ(r.denied_policy()->str(), "tenant");
   EXPECT_EQ(r.denied_by(), 1);  // results: the key, then its tenant
   ASSERT_EQ(r.results()->size(), 2u);
   EXPECT_TRUE(r.results()->Get(0)->allowed());
   EXPECT_EQ(r.results()->Get(0)->remaining(), 100 - 6);  // not charged by the denial
-  EXPECT_TRUE(Check("api_key", "0key", "other-tenant"));
+  EXPECT_TRUE(node_.Check("api_key", "0key", "other-tenant"));
 }
 
 TEST_F(NodeTest, AMultiLimitCheckChargesAllOrNone) {
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Check("user", "u1"));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(node_.Check("user", "u1"));
   const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "1.2.3.4"}, {"user", "u1"}};
   RequestBuilder b;
   b.CheckMany(7, limits, "", 1);
-  const wire::OpReply& r = One(b);
+  const wire::OpReply& r = node_.One(b);
   EXPECT_FALSE(r.allowed());
   EXPECT_EQ(r.denied_by(), 1);
   // The ip limit passed but was not charged: all five are still there.
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Check("ip", "1.2.3.4"));
-  EXPECT_FALSE(Check("ip", "1.2.3.4"));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(node_.Check("ip", "1.2.3.4"));
+  EXPECT_FALSE(node_.Check("ip", "1.2.3.4"));
 }
 
 TEST_F(NodeTest, DryRunChargesNothingAndOperationsHaveCosts) {
   RequestBuilder b;
   b.Check(1, "api_key", "k", "t", 1, "report", /*dry_run=*/true);
-  const wire::OpReply& dry = One(b);
+  const wire::OpReply& dry = node_.One(b);
   EXPECT_TRUE(dry.allowed());
   EXPECT_EQ(dry.results()->Get(0)->remaining(), 100);  // nothing was charged
   b.Check(2, "api_key", "k", "t", 1, "report");
-  EXPECT_EQ(One(b).results()->Get(0)->remaining(), 80);
+  EXPECT_EQ(node_.One(b).results()->Get(0)->remaining(), 80);
   b.Check(3, "api_key", "k", "t", 1, "report");
-  EXPECT_EQ(One(b).results()->Get(0)->remaining(), 60);
+  EXPECT_EQ(node_.One(b).results()->Get(0)->remaining(), 60);
 }
 
 TEST_F(NodeTest, LeaseGrantsWhatTheWholeChainHasAndReturnGivesItBack) {
   RequestBuilder b;
   b.Lease(1, "leased", "k", "", 7);
-  const wire::OpReply& first = One(b);
+  const wire::OpReply& first = node_.One(b);
   EXPECT_EQ(first.status(), wire::Status::Ok);
   EXPECT_EQ(first.granted(), 7);
   EXPECT_EQ(first.granted_at_ms(), clock_.NowMs());
@@ -163,41 +124,41 @@ TEST_F(NodeTest, LeaseGrantsWhatTheWholeChainHasAndReturnGivesItBack) {
   const uint64_t first_lease = first.lease_id();
   EXPECT_NE(first_lease, 0u);
   b.Lease(2, "leased", "k", "", 7);
-  const wire::OpReply& second = One(b);
+  const wire::OpReply& second = node_.One(b);
   EXPECT_EQ(second.granted(), 3);
   EXPECT_NE(second.lease_id(), first_lease);
   b.Lease(3, "leased", "k", "", 7);
-  const wire::OpReply& empty = One(b);
+  const wire::OpReply& empty = node_.One(b);
   EXPECT_EQ(empty.granted(), 0);
   EXPECT_FALSE(empty.allowed());
   EXPECT_EQ(empty.retry_after_ms(), 700);  // until all seven asked for are there again
   const int64_t leased_at = clock_.NowMs();
   b.Return(4, "leased", "k", "", 5, leased_at, first_lease);
-  const wire::OpReply& returned = One(b);
+  const wire::OpReply& returned = node_.One(b);
   EXPECT_EQ(returned.status(), wire::Status::Ok);
   EXPECT_EQ(returned.granted(), 5);  // units given back
   b.Lease(5, "leased", "k", "", 9);
-  EXPECT_EQ(One(b).granted(), 5);
+  EXPECT_EQ(node_.One(b).granted(), 5);
 
   // Through a parent: the tenant's remaining bounds the grant.
-  for (int i = 0; i < 299; ++i) ASSERT_TRUE(Check("tenant", "acme"));
+  for (int i = 0; i < 299; ++i) ASSERT_TRUE(node_.Check("tenant", "acme"));
   b.Lease(6, "api_key", "k9", "acme", 10);
-  EXPECT_EQ(One(b).granted(), 1);
+  EXPECT_EQ(node_.One(b).granted(), 1);
 }
 
 TEST_F(NodeTest, InspectShowsTheStateAndStatsTheCounters) {
   RequestBuilder b;
   b.Inspect(1, "user", "nobody");
-  const wire::OpReply& fresh = One(b);
+  const wire::OpReply& fresh = node_.One(b);
   EXPECT_EQ(fresh.status(), wire::Status::Ok);
   ASSERT_NE(fresh.state(), nullptr);
   EXPECT_FALSE(fresh.state()->tracked());
   EXPECT_EQ(fresh.state()->algorithm()->str(), "sliding_log");
   EXPECT_EQ(fresh.results()->Get(0)->remaining(), 3);
-  EXPECT_TRUE(Check("user", "u2"));
-  EXPECT_TRUE(Check("user", "u2"));
+  EXPECT_TRUE(node_.Check("user", "u2"));
+  EXPECT_TRUE(node_.Check("user", "u2"));
   b.Inspect(2, "user", "u2");
-  const wire::OpReply& used = One(b);
+  const wire::OpReply& used = node_.One(b);
   EXPECT_TRUE(used.state()->tracked());
   EXPECT_EQ(used.results()->Get(0)->remaining(), 1);
   bool saw_total = false;
@@ -210,7 +171,7 @@ TEST_F(NodeTest, InspectShowsTheStateAndStatsTheCounters) {
   EXPECT_TRUE(saw_total);
 
   b.Stats(3);
-  const wire::OpReply& stats = One(b);
+  const wire::OpReply& stats = node_.One(b);
   ASSERT_NE(stats.stats(), nullptr);
   bool saw_keys = false;
   for (const wire::Stat* s : *stats.stats()) {
@@ -225,7 +186,7 @@ TEST_F(NodeTest, InspectShowsTheStateAndStatsTheCounters) {
 TEST_F(NodeTest, HelloTellsTheProtocolVersion) {
   RequestBuilder b;
   b.Hello("test");
-  const wire::Reply& r = Send(b);
+  const wire::Reply& r = node_.Send(b);
   ASSERT_NE(r.hello(), nullptr);
   EXPECT_EQ(r.hello()->protocol_version(), kProtocolVersion);
   EXPECT_EQ(r.hello()->max_frame_bytes(), kDefaultMaxFrameBytes);
@@ -281,14 +242,14 @@ TEST_F(NodeTest, BadOpsGetErrorRepliesAndTheRestOfTheFrameIsServed) {
   b.Check(10, "ip", "", "", 1);
   b.Check(11, "ip", "fine");
   b.Check(12, "ip", "fine", "", 0);
-  const wire::Reply& mixed = Send(b);
+  const wire::Reply& mixed = node_.Send(b);
   ASSERT_EQ(mixed.ops()->size(), 3u);
   EXPECT_EQ(mixed.ops()->Get(0)->status(), wire::Status::BadRequest);
   EXPECT_EQ(mixed.ops()->Get(1)->status(), wire::Status::Ok);
   EXPECT_TRUE(mixed.ops()->Get(1)->allowed());
   EXPECT_EQ(mixed.ops()->Get(2)->id(), 12u);
   EXPECT_EQ(mixed.ops()->Get(2)->status(), wire::Status::BadRequest);
-  EXPECT_GE(Stat("ops_check_error"), 10);
+  EXPECT_GE(node_.Stat("ops_check_error"), 10);
 }
 
 TEST_F(NodeTest, UnknownOpTypeIsAnErrorReply) {
@@ -302,21 +263,21 @@ TEST_F(NodeTest, UnknownOpTypeIsAnErrorReply) {
   wire::RequestBuilder req(fbb);
   req.add_ops(ops);
   fbb.Finish(req.Finish());
-  const wire::Reply& r = SendBody({fbb.GetBufferPointer(), fbb.GetSize()});
+  const wire::Reply& r = node_.Send({fbb.GetBufferPointer(), fbb.GetSize()});
   ASSERT_EQ(r.ops()->size(), 1u);
   EXPECT_EQ(r.ops()->Get(0)->id(), 5u);
   EXPECT_EQ(r.ops()->Get(0)->status(), wire::Status::BadRequest);
   EXPECT_EQ(r.ops()->Get(0)->error()->str(), "unknown op type 10");
-  EXPECT_EQ(Stat("ops_unknown_error"), 1);
+  EXPECT_EQ(node_.Stat("ops_unknown_error"), 1);
 }
 
 TEST_F(NodeTest, ABodyThatFailsVerificationGetsAnErrorReply) {
   const std::vector<uint8_t> garbage = {0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8};
-  const wire::Reply& r = SendBody(garbage);
+  const wire::Reply& r = node_.Send(garbage);
   ASSERT_NE(r.error(), nullptr);
   EXPECT_EQ(r.error()->str(), "frame is not a valid Request (FlatBuffers verification failed)");
-  EXPECT_EQ(Stat("bad_frames_invalid"), 1);
-  EXPECT_TRUE(Check("ip", "still-serving"));
+  EXPECT_EQ(node_.Stat("bad_frames_invalid"), 1);
+  EXPECT_TRUE(node_.Check("ip", "still-serving"));
 }
 
 class SmallNodeTest : public NodeTest {
@@ -327,76 +288,70 @@ class SmallNodeTest : public NodeTest {
 };
 
 TEST_F(SmallNodeTest, NewKeysAreRefusedAtTheBoundUntilOldOnesExpire) {
-  EXPECT_TRUE(Check("ip", "a"));
-  EXPECT_TRUE(Check("ip", "b"));
-  EXPECT_TRUE(Check("ip", "c"));
+  EXPECT_TRUE(node_.Check("ip", "a"));
+  EXPECT_TRUE(node_.Check("ip", "b"));
+  EXPECT_TRUE(node_.Check("ip", "c"));
   RequestBuilder b;
   b.Check(1, "ip", "d");
   EXPECT_EQ(ErrorOf(b, wire::Status::KeysExhausted),
             "the node holds its maximum of 3 keys; new keys are refused");
-  EXPECT_EQ(Stat("refusals"), 1);
-  EXPECT_TRUE(Check("ip", "a"));  // known keys are still served
+  EXPECT_EQ(node_.Stat("refusals"), 1);
+  EXPECT_TRUE(node_.Check("ip", "a"));  // known keys are still served
   // Nothing was charged for the refused op's other limits either.
   b.Check(2, "tenant", "t1");
   EXPECT_EQ(ErrorOf(b, wire::Status::KeysExhausted),
             "the node holds its maximum of 3 keys; new keys are refused");
   // A second later every fixed window has passed: the keys carry nothing and make room.
   clock_.Advance(1000);
-  EXPECT_TRUE(Check("ip", "d"));
-  EXPECT_GE(Stat("evictions"), 1);
+  EXPECT_TRUE(node_.Check("ip", "d"));
+  EXPECT_GE(node_.Stat("evictions"), 1);
 }
 
 TEST_F(SmallNodeTest, ReclaimingAtTheBoundCanTakeTheOpsOwnExpiredKeys) {
-  EXPECT_TRUE(Check("ip", "a"));
-  EXPECT_TRUE(Check("ip", "b"));
-  EXPECT_TRUE(Check("ip", "c"));
+  EXPECT_TRUE(node_.Check("ip", "a"));
+  EXPECT_TRUE(node_.Check("ip", "b"));
+  EXPECT_TRUE(node_.Check("ip", "c"));
   clock_.Advance(1000);  // all three expired, still held
   // "a" is known but expired, "d" is new: reclaiming for "d" also removes "a".
   const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "a"}, {"ip", "d"}};
   RequestBuilder b;
   b.CheckMany(1, limits, "", 1);
-  EXPECT_TRUE(One(b).allowed());
-  EXPECT_GE(Stat("keys"), 2);  // a and d, and whatever of b and c shared no locked stripe
-  EXPECT_LE(Stat("keys"), 3);
+  EXPECT_TRUE(node_.One(b).allowed());
+  EXPECT_GE(node_.Stat("keys"), 2);  // a and d, and whatever of b and c shared no locked stripe
+  EXPECT_LE(node_.Stat("keys"), 3);
   clock_.Advance(1000);
   while (node_->Sweep() > 0) {
   }
-  EXPECT_EQ(Stat("keys"), 0);
+  EXPECT_EQ(node_.Stat("keys"), 0);
 }
 
 TEST_F(NodeTest, SweepReclaimsExpiredKeysOnly) {
-  for (int i = 0; i < 20; ++i) EXPECT_TRUE(Check("ip", std::to_string(i) + "k"));
-  EXPECT_TRUE(Check("tenant", "long-lived"));
-  EXPECT_EQ(Stat("keys"), 21);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(node_.Check("ip", std::to_string(i) + "k"));
+  EXPECT_TRUE(node_.Check("tenant", "long-lived"));
+  EXPECT_EQ(node_.Stat("keys"), 21);
   EXPECT_EQ(node_->Sweep(), 0u);  // nothing has expired yet
   clock_.Advance(1000);
   EXPECT_EQ(node_->Sweep(), 20u);
-  EXPECT_EQ(Stat("keys"), 1);
-  EXPECT_EQ(Stat("evictions"), 20);
+  EXPECT_EQ(node_.Stat("keys"), 1);
+  EXPECT_EQ(node_.Stat("evictions"), 20);
   RequestBuilder b;
   b.Inspect(1, "tenant", "long-lived");
-  EXPECT_TRUE(One(b).state()->tracked());
+  EXPECT_TRUE(node_.One(b).state()->tracked());
 }
 
 TEST_F(NodeTest, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
   // 8 threads, each with its own worker, 100 checks each at the tenant limit of 300.
-  std::vector<Node::Worker*> workers;
-  for (int t = 0; t < 8; ++t) workers.push_back(&node_->AddWorker());
+  std::vector<testing::NodeHarness::Caller> callers;
+  for (int t = 0; t < 8; ++t) callers.push_back(node_.NewCaller());
   std::atomic<int> allowed{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       RequestBuilder b;
-      std::vector<uint8_t> out;
       for (int i = 0; i < 100; ++i) {
-        b.Clear();
         b.Check(static_cast<uint64_t>(i), "tenant", "shared");
-        out.clear();
-        node_->HandleFrame(*workers[static_cast<size_t>(t)], b.Finish(), out);
-        const FrameResult f = DecodeFrame(out, 1u << 20);
-        std::vector<uint64_t> aligned;
-        const wire::Reply* r = VerifiedReply(f.body, aligned);
-        if (r && r->ops()->Get(0)->allowed()) allowed.fetch_add(1);
+        const wire::Reply& r = callers[static_cast<size_t>(t)].Send(b);
+        if (r.ops() && r.ops()->Get(0)->allowed()) allowed.fetch_add(1);
       }
     });
   }
@@ -405,7 +360,7 @@ TEST_F(NodeTest, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
 }
 
 TEST_F(NodeTest, MetricsAreInPrometheusTextFormat) {
-  EXPECT_TRUE(Check("ip", "m"));
+  EXPECT_TRUE(node_.Check("ip", "m"));
   const std::string text = node_->RenderMetrics();
   EXPECT_NE(text.find("limiter_ops_total{op=\"check\",outcome=\"allowed\"} 1\n"), std::string::npos)
       << text;
@@ -425,14 +380,11 @@ namespace limiter {
 namespace {
 
 TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
-  Result<PolicySet> policies = ParsePolicies(kPolicies, "test.yaml");
-  ASSERT_TRUE(policies.ok());
-  ManualClock clock(1000);
   NodeOptions options;
   options.members = {"n1:1", "n2:1", "n3:1"};
   options.self = "n1:1";
-  Node node(*policies, clock, options);
-  Node::Worker& worker = node.AddWorker();
+  testing::NodeHarness h(kPolicies, options, 1000);
+  Node& node = h.node();
   const Ring ring(options.members);
   // One key of each owner; nested policies route by the tenant.
   std::string mine, theirs;
@@ -446,14 +398,11 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
   b.Check(2, "ip", theirs);
   b.Check(3, "api_key", theirs, /*tenant=*/mine);
   b.Check(4, "api_key", mine, /*tenant=*/theirs);
-  std::vector<uint8_t> out;
-  node.HandleFrame(worker, b.Finish(), out);
-  std::vector<uint64_t> aligned;
-  const wire::Reply* reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
-  ASSERT_NE(reply, nullptr);
-  EXPECT_EQ(reply->hello()->ring_version(), ring.version());
-  EXPECT_EQ(reply->hello()->members()->size(), 3u);
-  const auto* ops = reply->ops();
+  const wire::Reply& reply = h.Send(b);
+  ASSERT_NE(reply.hello(), nullptr);
+  EXPECT_EQ(reply.hello()->ring_version(), ring.version());
+  EXPECT_EQ(reply.hello()->members()->size(), 3u);
+  const auto* ops = reply.ops();
   EXPECT_EQ(ops->Get(0)->status(), wire::Status::Ok);
   EXPECT_EQ(ops->Get(1)->status(), wire::Status::WrongOwner);
   EXPECT_EQ(ops->Get(1)->ring_version(), ring.version());
@@ -471,14 +420,10 @@ TEST(NodeRing, AKeyThisNodeDoesNotOwnGetsWrongOwnerWithTheRing) {
   EXPECT_EQ(node.membership()->generation, 2u);
   EXPECT_TRUE(node.ownership().SetMembers({"n1:1", "n2:1"}, 1).ok());  // older: ignored
   EXPECT_EQ(node.membership()->ring.members().size(), 1u);
-  out.clear();
-  b.Clear();
   b.Check(5, "ip", theirs);
-  node.HandleFrame(worker, b.Finish(), out);
-  reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
   // A one-node ring owns it all, but this key's last owner has not handed it over yet
   // (handoff_test.cc follows it to the end).
-  EXPECT_EQ(reply->ops()->Get(0)->status(), wire::Status::Moving);
+  EXPECT_EQ(h.One(b).status(), wire::Status::Moving);
   EXPECT_EQ(node.ownership().waiting_slots() > 0, true);
 }
 
@@ -491,45 +436,26 @@ namespace {
 // Hot keys on one node, driven by hand: Tick once a simulated second.
 class HotNodeTest : public ::testing::Test {
  protected:
-  HotNodeTest() {
-    Result<PolicySet> p = ParsePolicies(R"(
-policies:
-  - {name: api, algorithm: token_bucket, limit: 100, window: 1s, class: contract}
-  - {name: tenant, algorithm: gcra, limit: 1000, window: 1s, class: contract}
-  - {name: key, algorithm: gcra, limit: 100, window: 1s, class: contract, parent: tenant}
-)",
-                                        "hot.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+  static NodeOptions Options() {
     NodeOptions o;
     o.hot.sample_every = 1;
     o.hot.split_above = 50;
     o.hot.split_k = 4;
     o.hot.merge_below = 10;
-    node_ = std::make_unique<Node>(policies_, clock_, o);
-    worker_ = &node_->AddWorker();
+    return o;
   }
 
-  const wire::OpReply& Op(RequestBuilder& b) {
-    out_.clear();
-    node_->HandleFrame(*worker_, b.Finish(), out_);
-    b.Clear();
-    const wire::Reply* r = VerifiedReply(DecodeFrame(out_, 64u << 20).body, aligned_);
-    EXPECT_NE(r, nullptr);
-    return *r->ops()->Get(0);
-  }
-  wire::Status Check(const std::string& key) {
-    RequestBuilder b;
-    b.Check(1, "api", key);
-    return Op(b).status();
-  }
+  const wire::OpReply& Op(RequestBuilder& b) { return node_.One(b); }
+  wire::Status Check(const std::string& key) { return node_.CheckReply("api", key).status(); }
 
-  ManualClock clock_{5'000'000};
-  PolicySet policies_;
-  std::unique_ptr<Node> node_;
-  Node::Worker* worker_;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
+  testing::NodeHarness node_{R"(
+policies:
+  - {name: api, algorithm: token_bucket, limit: 100, window: 1s, class: contract}
+  - {name: tenant, algorithm: gcra, limit: 1000, window: 1s, class: contract}
+  - {name: key, algorithm: gcra, limit: 100, window: 1s, class: contract, parent: tenant}
+)",
+                             Options(), 5'000'000};
+  ManualClock& clock_ = node_.clock();
 };
 
 TEST_F(HotNodeTest, AHotKeyIsSplitAndItsOwnerAnswersWithTheSplit) {

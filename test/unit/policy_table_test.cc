@@ -8,16 +8,10 @@
 
 #include <string>
 
-#include "common/policy_file.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
-
-PolicySet Parse(const std::string& yaml) {
-  Result<PolicySet> p = ParsePolicies(yaml, "table.yaml");
-  EXPECT_TRUE(p.ok()) << p.error();
-  return p.ok() ? std::move(p).value() : PolicySet();
-}
 
 const char* kPolicies = R"(
 policies:
@@ -37,12 +31,12 @@ uint64_t DigestWith(const std::string& from, const std::string& to) {
   const size_t at = yaml.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos) yaml.replace(at, from.size(), to);
-  const PolicySet set = Parse(yaml);
+  const PolicySet set = testing::Policies(yaml, "table.yaml");
   return PolicyTable(set, false, false).digest();
 }
 
 TEST(PolicyTable, FindsEachPolicyByNameAndNoOtherName) {
-  const PolicySet set = Parse(kPolicies);
+  const PolicySet set = testing::Policies(kPolicies, "table.yaml");
   const PolicyTable table(set, false, false);
   ASSERT_EQ(table.size(), 6u);
   for (int i = 0; i < 6; ++i) {
@@ -57,7 +51,7 @@ TEST(PolicyTable, FindsEachPolicyByNameAndNoOtherName) {
 }
 
 TEST(PolicyTable, DurableAndGlobalOnlyWhenTheNodeHasADatabaseAndARegion) {
-  const PolicySet set = Parse(kPolicies);
+  const PolicySet set = testing::Policies(kPolicies, "table.yaml");
   const int quota = 3, partner = 4;
   const PolicyTable bare(set, false, false);
   EXPECT_FALSE(bare.durable(quota));   // no database: kept in memory like any key
@@ -70,7 +64,7 @@ TEST(PolicyTable, DurableAndGlobalOnlyWhenTheNodeHasADatabaseAndARegion) {
 }
 
 TEST(PolicyTable, LeasedCoversALeasedPolicyAndItsAncestorsOnly) {
-  const PolicySet set = Parse(kPolicies);
+  const PolicySet set = testing::Policies(kPolicies, "table.yaml");
   const PolicyTable table(set, false, false);
   const int tenant = 0, key = 1, login = 2, quota = 3, partner = 4, daily = 5;
   EXPECT_TRUE(table.leased(key));
@@ -82,21 +76,21 @@ TEST(PolicyTable, LeasedCoversALeasedPolicyAndItsAncestorsOnly) {
 }
 
 TEST(PolicyTable, ParentMarksThePoliciesOthersNestUnder) {
-  const PolicySet set = Parse(kPolicies);
+  const PolicySet set = testing::Policies(kPolicies, "table.yaml");
   const PolicyTable table(set, false, false);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(table.parent(i), i == 0) << table.at(i).name;
   EXPECT_TRUE(table.calendars());
-  const PolicySet plain = Parse(R"(
+  const PolicySet plain = testing::Policies(R"(
 policies:
   - {name: api, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)");
+)", "table.yaml");
   EXPECT_FALSE(PolicyTable(plain, true, true).calendars());
   EXPECT_FALSE(PolicyTable(plain, true, true).parent(0));
 }
 
 TEST(PolicyTable, TheSameFileGivesTheSameDigestWhateverTheNodeHas) {
-  const PolicySet a = Parse(kPolicies);
-  const PolicySet b = Parse(kPolicies);
+  const PolicySet a = testing::Policies(kPolicies, "table.yaml");
+  const PolicySet b = testing::Policies(kPolicies, "table.yaml");
   const uint64_t digest = PolicyTable(a, false, false).digest();
   EXPECT_NE(digest, 0u);
   EXPECT_EQ(PolicyTable(b, false, false).digest(), digest);
@@ -124,16 +118,16 @@ TEST(PolicyTable, AnyChangeARecordsReaderDependsOnChangesTheDigest) {
 
 TEST(PolicyTable, TheOrderOfThePoliciesIsPartOfTheDigest) {
   // Records name a policy by its index: the same policies in another order read differently.
-  const PolicySet ab = Parse(R"(
+  const PolicySet ab = testing::Policies(R"(
 policies:
   - {name: a, algorithm: gcra, limit: 100, window: 1s, class: contract}
   - {name: b, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)");
-  const PolicySet ba = Parse(R"(
+)", "table.yaml");
+  const PolicySet ba = testing::Policies(R"(
 policies:
   - {name: b, algorithm: gcra, limit: 100, window: 1s, class: contract}
   - {name: a, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)");
+)", "table.yaml");
   EXPECT_NE(PolicyTable(ab, false, false).digest(), PolicyTable(ba, false, false).digest());
 }
 

@@ -16,9 +16,10 @@
 #include "protocol/request_builder.h"
 #include "protocol/key_id.h"
 #include "protocol/rules.h"
-#include "common/policy_file.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -34,23 +35,12 @@ policies:
 class Regions : public ::testing::Test {
  protected:
   Regions() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
     for (const char* name : {"ap", "eu", "us"}) Add(name);
   }
-
-  struct Region {
-    std::unique_ptr<ManualClock> clock;
-    std::unique_ptr<Node> node;
-    Node::Worker* worker = nullptr;
-  };
 
   static std::string Address(const std::string& region) { return region + "-node:1"; }
 
   void Add(const std::string& name) {
-    Region& r = regions_[name];
-    r.clock = std::make_unique<ManualClock>(1'000'000 + 7'777 * static_cast<int64_t>(regions_.size()));
     NodeOptions o;
     o.name = name;
     o.regions.region = name;
@@ -59,20 +49,13 @@ class Regions : public ::testing::Test {
       if (other != name) o.regions.others.push_back({other, {Address(other)}, ""});
     }
     EXPECT_TRUE(RegionShares::Check(policies_, o.regions).ok());
-    r.node = std::make_unique<Node>(policies_, *r.clock, o);
-    r.worker = &r.node->AddWorker();
+    const int64_t clock_ms = 1'000'000 + 7'777 * static_cast<int64_t>(regions_.size() + 1);
+    regions_[name] = std::make_unique<testing::NodeHarness>(policies_, o, clock_ms);
   }
-  Node& node(const std::string& name) { return *regions_.at(name).node; }
+  Node& node(const std::string& name) { return regions_.at(name)->node(); }
 
   const wire::Reply& Send(const std::string& to, std::span<const uint8_t> body) {
-    Region& r = regions_.at(to);
-    out_.clear();
-    r.node->HandleFrame(*r.worker, body, out_);
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply;
+    return regions_.at(to)->Send(body);
   }
   // n checks of `key` in `region`: how many were admitted.
   int Admitted(const std::string& region, const std::string& key, int n) {
@@ -90,13 +73,13 @@ class Regions : public ::testing::Test {
   // One rebalance tick: every region measures, then its reports reach the other regions
   // unless one of the two is `cut` (the reports are dropped).
   void Tick(const std::set<std::string>& cut = {}) {
-    for (auto& [name, r] : regions_) r.node->regions()->Measure(r.clock->NowMs());
+    for (auto& [name, r] : regions_) r->node().regions()->Measure(r->clock().NowMs());
     for (auto& [name, r] : regions_) {
-      auto reports = r.node->regions()->Reports(Address(name), r.node->policy_table().digest(),
-                                                KeyIdSeedDigest());
+      auto reports = r->node().regions()->Reports(Address(name), r->node().policy_table().digest(),
+                                                  KeyIdSeedDigest());
       for (const auto& [region, to, body] : reports) {
         if (one_way_.count({name, region})) {  // lost on the way, and the sender knows it
-          r.node->regions()->NoteSent(region, false, r.clock->NowMs());
+          r->node().regions()->NoteSent(region, false, r->clock().NowMs());
           continue;
         }
         if (cut.count(name) || cut.count(region)) continue;
@@ -107,10 +90,10 @@ class Regions : public ::testing::Test {
     }
   }
   void Rebalance() {
-    for (auto& [name, r] : regions_) r.node->regions()->Rebalance(r.clock->NowMs());
+    for (auto& [name, r] : regions_) r->node().regions()->Rebalance(r->clock().NowMs());
   }
   void Advance(int64_t ms) {
-    for (auto& [name, r] : regions_) r.clock->Advance(ms);
+    for (auto& [name, r] : regions_) r->clock().Advance(ms);
   }
   // This region's share of `key` and its demand as it sees them.
   int64_t Share(const std::string& region, const std::string& key) {
@@ -119,7 +102,7 @@ class Regions : public ::testing::Test {
   std::vector<RegionShares::View> View(const std::string& region, const std::string& key) {
     const Policy& p = *policies_.Find("partner");
     const KeyId id = protocol::LimitId(p, key, {});
-    return node(region).regions()->ViewOf(0, &id, regions_.at(region).clock->NowMs());
+    return node(region).regions()->ViewOf(0, &id, regions_.at(region)->clock().NowMs());
   }
 
   // Drives demand of `per_second` requests/s in each region for `seconds`, 10 steps a second,
@@ -154,10 +137,8 @@ class Regions : public ::testing::Test {
     return fleet;
   }
 
-  PolicySet policies_;
-  std::map<std::string, Region> regions_;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "regions.yaml");
+  std::map<std::string, std::unique_ptr<testing::NodeHarness>> regions_;
   int64_t steps_ = 0;
   std::set<std::pair<std::string, std::string>> one_way_;  // (from, to) reports that fail
 };
@@ -271,38 +252,33 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
 // Two nodes of one region (us), a second region (eu) heard from by report: a global key whose
 // share has risen above the floor keeps that share when its owner leaves and hands it over.
 TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
-  Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
-  ASSERT_TRUE(p.ok()) << p.error();
+  const PolicySet policies = testing::Policies(kPolicies, "regions.yaml");
   const std::vector<std::string> both = {"a:1", "b:1"};
-  std::map<std::string, std::unique_ptr<ManualClock>> clocks;
-  std::map<std::string, std::unique_ptr<Node>> nodes;
-  std::map<std::string, Node::Worker*> workers;
+  std::map<std::string, std::unique_ptr<testing::NodeHarness>> harnesses;
   for (const std::string& name : both) {
-    clocks[name] = std::make_unique<ManualClock>(name == "a:1" ? 100'000 : 9'000'000);
     NodeOptions o;
     o.self = name;
     o.members = both;
     o.generation = 1;
     o.regions.region = "us";
     o.regions.others.push_back({"eu", {"e:1"}, ""});
-    nodes[name] = std::make_unique<Node>(*p, *clocks[name], o);
-    workers[name] = &nodes[name]->AddWorker();
+    harnesses[name] =
+        std::make_unique<testing::NodeHarness>(policies, o, name == "a:1" ? 100'000 : 9'000'000);
   }
-  std::vector<uint8_t> out;
-  std::vector<uint64_t> aligned;
+  std::map<std::string, Node*> nodes;
+  std::map<std::string, ManualClock*> clocks;
+  for (auto& [name, h] : harnesses) {
+    nodes[name] = &h->node();
+    clocks[name] = &h->clock();
+  }
   const auto send = [&](const std::string& to, std::span<const uint8_t> body) -> const wire::Reply& {
-    out.clear();
-    nodes[to]->HandleFrame(*workers[to], body, out);
-    const FrameResult f = DecodeFrame(out, 64u << 20);
-    const wire::Reply* r = VerifiedReply(f.body, aligned);
-    EXPECT_NE(r, nullptr);
-    return *r;
+    return harnesses.at(to)->Send(body);
   };
   std::string key;
   for (int i = 0; key.empty(); ++i) {
     if (nodes["a:1"]->membership()->ring.Owner("k" + std::to_string(i)) == "a:1") key = "k" + std::to_string(i);
   }
-  const KeyId id = protocol::LimitId(*p->Find("partner"), key, {});
+  const KeyId id = protocol::LimitId(*policies.Find("partner"), key, {});
   const auto heartbeat = [&] {  // eu says its link is up (no traffic of its own)
     flatbuffers::FlatBufferBuilder fbb;
     // eu routes by its list of us's nodes: the same as theirs.
@@ -355,10 +331,9 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
 }
 
 TEST(RegionOptionsCheck, EachMistakeIsNamed) {
-  Result<PolicySet> p = ParsePolicies(kPolicies, "regions.yaml");
-  ASSERT_TRUE(p.ok()) << p.error();
+  const PolicySet policies = testing::Policies(kPolicies, "regions.yaml");
   const auto error = [&](RegionOptions o) {
-    const Status checked = RegionShares::Check(*p, o);
+    const Status checked = RegionShares::Check(policies, o);
     return checked.ok() ? std::string("(none)") : checked.error();
   };
   RegionOptions o;
@@ -406,18 +381,10 @@ TEST_F(Regions, AskingANodeWithoutRegionsOrAboutARegionalPolicyIsAnError) {
   EXPECT_EQ(links.ops()->Get(0)->regions()->Get(1)->link_age_ms(), -1);  // never heard
 
   // A node with no region named.
-  ManualClock clock(1000);
-  NodeOptions o;
-  Node plain(policies_, clock, o);
-  Node::Worker& w = plain.AddWorker();
+  testing::NodeHarness plain(policies_, NodeOptions{}, 1000);
   b.Clear();
   b.Regions(1);
-  std::vector<uint8_t> out;
-  plain.HandleFrame(w, b.Finish(), out);
-  const FrameResult f = DecodeFrame(out, 1 << 20);
-  const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-  ASSERT_NE(reply, nullptr);
-  EXPECT_EQ(reply->ops()->Get(0)->error()->str(),
+  EXPECT_EQ(testing::ErrorOf(plain.One(b)),
             "this node belongs to no region (its config names no `region`)");
 }
 

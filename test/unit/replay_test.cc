@@ -2,9 +2,9 @@
 
 #include <map>
 
-#include "common/policy_file.h"
 #include "common/replay.h"
 #include "test/support/build_paths.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -55,13 +55,13 @@ TEST(Replay, ReproducesTheSeedTable) {
 }
 
 TEST(Replay, KeysHaveTheirOwnLimitersAndCostsComeFromThePolicy) {
-  Result<PolicySet> policies = ParsePolicies(R"(
+  const PolicySet policies = testing::Policies(R"(
 policies:
   - {name: p, algorithm: fixed_window, limit: 20, window: 1s, class: contract,
      costs: {report: 20}}
 )",
-                                             "p.yaml");
-  ASSERT_TRUE(policies.ok()) << policies.error();
+                                               "p.yaml");
+  ASSERT_FALSE(policies.policies().empty());
   Result<std::vector<TraceRow>> trace = ParseTrace(
       "t_ms,key,cost,label\n"
       "0,a,,report\n"   // 20 from the policy
@@ -70,7 +70,7 @@ policies:
       "3,b,,read\n",
       "t.csv");
   ASSERT_TRUE(trace.ok()) << trace.error();
-  const Policy& p = policies->policies()[0];
+  const Policy& p = policies.policies()[0];
   const ReplayResult r = Replay(*trace, p.algorithm, p.rate, &p);
   EXPECT_EQ(r.accepted, 3);
   EXPECT_EQ(r.offered_cost, 20 + 1 + 5 + 1);

@@ -15,13 +15,14 @@
 #include "protocol/frame_codec.h"
 #include "protocol/key_id.h"
 #include "common/membership.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
 #include "server/config.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -40,18 +41,14 @@ const std::vector<std::string> kTwo = {"a:1", "b:1"};
 
 class Roles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "roles.yaml");
-    ASSERT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+  static NodeOptions Options() {
     NodeOptions o;
     o.name = o.self = "a:1";
     o.members = kTwo;
     o.generation = 1;
     o.secrets = auth::Secrets{{kGateway}};
     o.peer_secrets = auth::Secrets{{kPeer, kNextPeer}};
-    node_ = std::make_unique<Node>(policies_, clock_, o);
-    worker_ = &node_->AddWorker();
+    return o;
   }
 
   struct Connection {
@@ -60,15 +57,11 @@ class Roles : public ::testing::Test {
   };
 
   const wire::Reply& Send(Connection& c, std::span<const uint8_t> body) {
-    out_.clear();
-    c.after = node_->HandleFrame(*worker_, c.session, body, out_);
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* r = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(r, nullptr);
-    return *r;
+    const wire::Reply& r = node_.Send(c.session, body);
+    c.after = node_.after();
+    return r;
   }
-  static std::string ErrorOf(const wire::Reply& r) { return r.error() ? r.error()->str() : ""; }
+  static std::string ErrorOf(const wire::Reply& r) { return testing::ErrorOf(r); }
 
   // A connection through the whole handshake; a failure names why.
   Connection Open(ClientHandshake h) {
@@ -150,12 +143,7 @@ class Roles : public ::testing::Test {
     return r.ops() && r.ops()->Get(0)->status() == wire::Status::Ok &&
            r.ops()->Get(0)->allowed();
   }
-  int64_t Stat(const std::string& name) {
-    for (const auto& [n, v] : node_->Stats()) {
-      if (n == name) return v;
-    }
-    return -1;
-  }
+  int64_t Stat(const std::string& name) { return node_.Stat(name); }
   // A login key this node owns under `list`, never owned by b:1 under kTwo when `not_b`.
   std::string KeyOwnedBy(const std::vector<std::string>& list, const std::string& owner,
                          bool owned_by_b_before) {
@@ -166,12 +154,9 @@ class Roles : public ::testing::Test {
     }
   }
 
-  ManualClock clock_{5'000'000};
-  PolicySet policies_;
-  std::unique_ptr<Node> node_;
-  Node::Worker* worker_ = nullptr;
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "roles.yaml");
+  testing::NodeHarness node_{policies_, Options(), 5'000'000};
+  ManualClock& clock_ = node_.clock();
 };
 
 TEST_F(Roles, AGatewayHoldingTheSecretCannotChangeTheMemberList) {
@@ -315,14 +300,12 @@ TEST_F(Roles, TheAdminTokenIsThePeerSecretsOnly) {
 }
 
 TEST(RolesWithoutSecrets, ANodeThatAuthenticatesNobodyTrustsEveryPeerAsBefore) {
-  Result<PolicySet> p = ParsePolicies(kPolicies, "roles.yaml");
-  ASSERT_TRUE(p.ok());
-  ManualClock clock(1000);
   NodeOptions o;
   o.self = "a:1";
   o.members = kTwo;
   o.generation = 1;
-  Node node(*p, clock, o);
+  testing::NodeHarness h(kPolicies, o, 1000);
+  Node& node = h.node();
   EXPECT_TRUE(node.authenticator().trusts_everyone());
   Session s = node.authenticator().NewSession();
   EXPECT_TRUE(s.authenticated);

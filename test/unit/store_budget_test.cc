@@ -11,21 +11,15 @@
 #include <vector>
 
 #include "protocol/request_builder.h"
-#include "protocol/frame_codec.h"
-#include "common/policy_file.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 #include "server/store.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
 namespace {
-
-PolicySet Parse(const std::string& yaml) {
-  Result<PolicySet> p = ParsePolicies(yaml, "budget.yaml");
-  EXPECT_TRUE(p.ok()) << p.error();
-  return p.ok() ? std::move(p).value() : PolicySet();
-}
 
 // Drives a Store the way the node's ops do: lock the stripe, take the state, reserve room for
 // one charge, decide, save (or give back).
@@ -106,12 +100,12 @@ policies:
 )";
 
 TEST(StoreBudget, PoliciesWithoutMaxKeysSplitWhatTheExplicitOnesLeave) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 300}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract}
   - {name: c, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)");
+)", "budget.yaml");
   Result<std::vector<KeyBudget>> plan = Store::PlanBudgets(p, 1001);
   ASSERT_TRUE(plan.ok()) << plan.error();
   ASSERT_EQ(plan->size(), 3u);
@@ -125,12 +119,12 @@ policies:
 }
 
 TEST(StoreBudget, ExplicitCapsAboveTheNodesMaxKeysAreAnError) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 1500}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 600}
   - {name: c, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)");
+)", "budget.yaml");
   Result<std::vector<KeyBudget>> plan = Store::PlanBudgets(p, 2000);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.error(),
@@ -141,7 +135,7 @@ policies:
 }
 
 TEST(StoreBudget, AFloodOnOnePolicyLeavesAnothersReserve) {
-  const PolicySet p = Parse(kThree);
+  const PolicySet p = testing::Policies(kThree, "budget.yaml");
   StoreDriver d(p, 300);  // a reserve of 50 each, 150 nobody's
   const int cheap = d.Index("cheap");
   const int login = d.Index("login");
@@ -162,12 +156,12 @@ TEST(StoreBudget, AFloodOnOnePolicyLeavesAnothersReserve) {
 }
 
 TEST(StoreBudget, PoliciesGrowBeyondTheirReservesIntoSpaceNobodyReserved) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: capped, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 20}
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)");
+)", "budget.yaml");
   StoreDriver d(p, 100);  // capped: 20; a and b: 20 each; 40 nobody's
   const int a = d.Index("a");
   const int b = d.Index("b");
@@ -198,7 +192,7 @@ policies:
 }
 
 TEST(StoreBudget, AnUncappedPolicyTakesTheRemainderAndOthersStillGetTheirReserves) {
-  const PolicySet p = Parse(kThree);
+  const PolicySet p = testing::Policies(kThree, "budget.yaml");
   StoreDriver d(p, 302);  // reserves of 50; 152 nobody's
   const int cheap = d.Index("cheap");
   int admitted = 0;
@@ -213,11 +207,11 @@ TEST(StoreBudget, AnUncappedPolicyTakesTheRemainderAndOthersStillGetTheirReserve
 }
 
 TEST(StoreBudget, ConcurrentInsertsAndErasesOnTwoPoliciesKeepTheCountsExact) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: bucket, algorithm: token_bucket, limit: 1, window: 1h, class: contract}
   - {name: log, algorithm: sliding_log, limit: 40, window: 1h, class: contract}
-)");
+)", "budget.yaml");
   // Tight enough that both policies run past their reserves into refusals.
   StoreDriver d(p, 1500, 4);
   const uint64_t seed = testing::TestSeed();
@@ -267,10 +261,10 @@ policies:
 }
 
 TEST(StoreBudget, ASlidingLogCountsItsMemoryAsItGrowsAndShrinks) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: log, algorithm: sliding_log, limit: 100, window: 1s, class: contract}
-)");
+)", "budget.yaml");
   StoreDriver d(p, 10'000);
   const int log = 0;
   EXPECT_EQ(Store::LogUnits(0), Store::LogUnits(SlidingLog::Entries::kMinCapacity));
@@ -300,10 +294,10 @@ policies:
 // at about a tenth of a table (at least kMinSweepSlots), so expired keys go over ten sweeps
 // and every one has gone after them.
 TEST(StoreBudget, ASweepWithAShareLooksAtThatShareOfEachTable) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1s, class: billing}
-)");
+)", "budget.yaml");
   StoreDriver d(p, 100'000, /*stripes=*/1);
   for (int i = 0; i < 4000; ++i) ASSERT_TRUE(d.Charge(0, "k" + std::to_string(i), 1000));
   // A second later every key is fresh again.
@@ -333,8 +327,10 @@ TEST(StoreBudget, ALogHoldsAtMostMinOfLAndWEntriesAndItsBufferAtMostTheNextPower
   // Bound by L (each check a millisecond of its own), then by W (every millisecond taken).
   for (const Case& c :
        {Case{"limit: 50, window: 1s", 2, 1}, Case{"limit: 5000, window: 300ms", 2, 0}}) {
-    const PolicySet p = Parse(std::string("policies:\n  - {name: log, algorithm: sliding_log, ") +
-                              c.rate + ", class: contract}\n");
+    const PolicySet p = testing::Policies(
+        std::string("policies:\n  - {name: log, algorithm: sliding_log, ") + c.rate +
+            ", class: contract}\n",
+        "budget.yaml");
     StoreDriver d(p, 1'000'000);
     const int64_t most = SlidingLog::MaxEntries(p.policies()[0].rate);
     size_t bound = SlidingLog::Entries::kMinCapacity;
@@ -355,11 +351,11 @@ TEST(StoreBudget, ALogHoldsAtMostMinOfLAndWEntriesAndItsBufferAtMostTheNextPower
 }
 
 TEST(StoreBudget, ALogsGrowthIsRefusedAtItsPolicysCapAndChargesNothing) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: log, algorithm: sliding_log, limit: 100, window: 1s, class: contract, max_keys: 8}
   - {name: other, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)");
+)", "budget.yaml");
   StoreDriver d(p, 100);
   static_assert(sizeof(SlidingLog::State) == 48, "the unit counts below assume it");
   ASSERT_EQ(Store::LogUnits(2), 4);  // 1 + ceil((48 + 2 * 16) / 32)
@@ -390,38 +386,23 @@ TEST(KeyIdSeed, IsDrawnPerProcessNotThePublicConstant) {
   EXPECT_EQ(KeyIdSeed(), KeyIdSeed());
 }
 
-// One CHECK of (policy, key) through the node: its status and error.
-std::pair<wire::Status, std::string> CheckOnce(Node& node, Node::Worker& worker,
-                                               const std::string& policy, const std::string& key) {
-  RequestBuilder b;
-  b.Check(1, policy, key);
-  std::vector<uint8_t> out;
-  node.HandleFrame(worker, b.Finish(), out);
-  const FrameResult f = DecodeFrame(out, 1u << 20);
-  std::vector<uint64_t> aligned;
-  const wire::Reply* r = VerifiedReply(f.body, aligned);
-  EXPECT_NE(r, nullptr);
-  if (r == nullptr) return {wire::Status::BadRequest, "no reply"};
-  const wire::OpReply* op = r->ops()->Get(0);
-  return {op->status(), op->error() ? op->error()->str() : std::string()};
-}
-
 // Through the node: the counts in STATS and /metrics, and the refusal message.
 TEST(StoreBudget, TheNodeReportsEachPolicysKeysAndRefusals) {
-  const PolicySet p = Parse(R"(
+  const PolicySet p = testing::Policies(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing}
   - {name: login, algorithm: fixed_window, limit: 5, window: 1m, class: security}
   - {name: vip, algorithm: sliding_log, limit: 10, window: 1m, class: contract, max_keys: 40}
-)");
-  ManualClock clock(1'000'000);
+)", "budget.yaml");
   NodeOptions options;
   options.store.max_keys = 240;  // vip: 40; cheap and login: 50 each; 100 nobody's
   options.store.stripes = 4;
-  Node node(p, clock, options);
-  Node::Worker& worker = node.AddWorker();
+  testing::NodeHarness harness(p, options);
+  Node& node = harness.node();
+  // One CHECK of (policy, key): its status and error.
   auto check = [&](const std::string& policy, const std::string& key) {
-    return CheckOnce(node, worker, policy, key);
+    const wire::OpReply& op = harness.CheckReply(policy, key);
+    return std::pair{op.status(), testing::ErrorOf(op)};
   };
   int refused = 0;
   std::string message;
@@ -479,8 +460,7 @@ namespace {
 // A node with one policy and a small key bound, for the reclaim passes at the bound.
 struct SmallNode {
   SmallNode(const std::string& yaml, int64_t max_keys, size_t stripes)
-      : policies(Parse(yaml)), clock(1'000'000), node(policies, clock, Options(max_keys, stripes)),
-        worker(node.AddWorker()) {}
+      : harness(yaml, Options(max_keys, stripes)) {}
   static NodeOptions Options(int64_t max_keys, size_t stripes) {
     NodeOptions options;
     options.store.max_keys = max_keys;
@@ -488,21 +468,17 @@ struct SmallNode {
     return options;
   }
   wire::Status Check(const std::string& key) {
-    return CheckOnce(node, worker, policies.policies().front().name, key).first;
+    return harness.CheckReply(harness.policies().policies().front().name, key).status();
   }
   // Admits keys k0..k{count-1}: the policy's budget full.
   void Fill(int count) {
     for (int i = 0; i < count; ++i) ASSERT_EQ(Check("k" + std::to_string(i)), wire::Status::Ok);
   }
-  int64_t ReclaimPasses() {
-    for (const auto& [name, value] : node.Stats())
-      if (name == "reclaim_passes") return value;
-    return -1;
-  }
-  PolicySet policies;
-  ManualClock clock;
-  Node node;
-  Node::Worker& worker;
+  int64_t ReclaimPasses() { return harness.Stat("reclaim_passes"); }
+
+  testing::NodeHarness harness;
+  ManualClock& clock = harness.clock();
+  Node& node = harness.node();
 };
 
 // A new key at a full budget reclaims expired keys itself, but a stripe whose pass found
@@ -576,7 +552,7 @@ policies:
   ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   auto busy_keys = [&](const std::string& prefix) {
     for (int i = 0; i < 30; ++i) {
-      ASSERT_EQ(CheckOnce(n.node, n.worker, "busy", prefix + std::to_string(i)).first,
+      ASSERT_EQ(n.harness.CheckReply("busy", prefix + std::to_string(i)).status(),
                 wire::Status::Ok);
     }
   };
@@ -605,14 +581,10 @@ policies:
     for (int i = 0; i < 2000; ++i) {
       b.Check(static_cast<uint64_t>(i + 1), "cheap", prefix + std::to_string(i));
     }
-    std::vector<uint8_t> out;
-    n.node.HandleFrame(n.worker, b.Finish(), out);
-    const FrameResult f = DecodeFrame(out, 1u << 24);
-    std::vector<uint64_t> aligned;
-    const wire::Reply* r = VerifiedReply(f.body, aligned);
-    ASSERT_NE(r, nullptr);
-    ASSERT_EQ(r->ops()->size(), 2000u);
-    for (const wire::OpReply* op : *r->ops()) EXPECT_EQ(op->status(), wire::Status::KeysExhausted);
+    const wire::Reply& r = n.harness.Send(b);
+    ASSERT_NE(r.ops(), nullptr);
+    ASSERT_EQ(r.ops()->size(), 2000u);
+    for (const wire::OpReply* op : *r.ops()) EXPECT_EQ(op->status(), wire::Status::KeysExhausted);
   };
   frame_of_new_keys("a");  // 2,000 keys: every one of the 64 stripes
   ASSERT_EQ(n.ReclaimPasses(), 64);
@@ -634,8 +606,8 @@ TEST(StoreBudget, WorkersReclaimingAtTheBoundTogetherKeepTheCountsExact) {
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 200}
 )", 1000, 8);
-  std::vector<Node::Worker*> workers;
-  for (int t = 0; t < 8; ++t) workers.push_back(&n.node.AddWorker());
+  std::vector<testing::NodeHarness::Caller> callers;
+  for (int t = 0; t < 8; ++t) callers.push_back(n.harness.NewCaller());
   std::atomic<int64_t> admitted{0};
   std::atomic<int64_t> refused{0};
   std::vector<std::thread> threads;
@@ -643,9 +615,9 @@ policies:
     threads.emplace_back([&, t] {
       for (int i = 0; i < 1500; ++i) {
         const wire::Status status =
-            CheckOnce(n.node, *workers[static_cast<size_t>(t)], "cheap",
-                      std::to_string(t) + "/" + std::to_string(i))
-                .first;
+            callers[static_cast<size_t>(t)]
+                .CheckReply("cheap", std::to_string(t) + "/" + std::to_string(i))
+                .status();
         EXPECT_TRUE(status == wire::Status::Ok || status == wire::Status::KeysExhausted)
             << wire::EnumNameStatus(status);
         (status == wire::Status::Ok ? admitted : refused).fetch_add(1);
