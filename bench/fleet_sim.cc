@@ -16,17 +16,18 @@
 #include "bench/fleet_accounting.h"
 #include "bench/fleet_report.h"
 #include "bench/report_chart.h"
-#include "bench/sim_faults.h"
 #include "client/client_core.h"
 #include "protocol/key_id.h"
 #include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "sim/faults.h"
 
 namespace limiter::bench {
 namespace {
 
 using Json = nlohmann::json;
+using sim::Fault;
 constexpr int64_t kStartUs = 1'000'000'000;  // the simulated clock's origin
 // The key-id seed of every simulation: fixed, so that the nodes' tables and sketches repeat.
 constexpr uint64_t kSimKeySeed = 0x73696d2d6b657973;  // "sim-keys"
@@ -50,11 +51,13 @@ class FleetSim {
         workload_(s),
         faults_(std::move(faults)),
         clock_(sched_),
-        net_(sched_, clock_, policies, o.model, o.seed * 7919 + 17),
+        net_(sched_, o.model, o.seed * 7919 + 17),
         arrivals_rng_(o.seed),
         hot_rng_(o.seed * 31 + 7) {
     for (int i = 0; i < s.nodes; ++i) members_.push_back(NodeAddress(static_cast<size_t>(i)));
-    for (int i = 0; i < s.nodes; ++i) net_.AddNode(members_[static_cast<size_t>(i)], Options(i));
+    for (int i = 0; i < s.nodes; ++i) {
+      net_.AddNode(members_[static_cast<size_t>(i)], NewNode(Options(i)));
+    }
     ClientCoreOptions core;
     core.gateways = s.gateways;
     core.deadline_us = o.deadline_us;
@@ -62,7 +65,7 @@ class FleetSim {
     for (int g = 0; g < s.gateways; ++g) {
       core.seed = o.seed * 1'000'003 + static_cast<uint64_t>(g) + 1;
       gateways_.push_back(
-          std::make_unique<ClientCore>(policies, members_, sched_, net_.AddGateway(g), core));
+          std::make_unique<ClientCore>(policies, members_, sched_, net_.Gateway(g), core));
     }
   }
 
@@ -76,11 +79,11 @@ class FleetSim {
     Periodic(0);
     sched_.After(measure_us_ - t0_, [this] {
       ops_at_measure_ = StoreOps();
-      sent_at_measure_ = net_.sent();
+      sent_at_measure_ = net_.sent_by_kind();
     });
     sched_.After(end_us_ - t0_, [this] {
       ops_at_end_ = StoreOps();
-      sent_at_end_ = net_.sent();
+      sent_at_end_ = net_.sent_by_kind();
     });
     for (int64_t second = 1; t0_ + second * 1'000'000 <= end_us_; ++second) {
       sched_.RunUntil(t0_ + second * 1'000'000);
@@ -101,6 +104,9 @@ class FleetSim {
     n.self = NodeAddress(static_cast<size_t>(i));
     n.lease_id_start = (static_cast<uint64_t>(i) + 1) << 40 | ++lives_;
     return n;
+  }
+  std::unique_ptr<Node> NewNode(NodeOptions options) const {
+    return std::make_unique<Node>(policies_, clock_, std::move(options));
   }
 
   uint64_t StoreOps() const {
@@ -221,7 +227,7 @@ class FleetSim {
           net_.Kill(node);
         });
         if (f.until_us >= 0) {
-          at(f.until_us, [this, node] { net_.Restart(node, Options(static_cast<int>(node))); });
+          at(f.until_us, [this, node] { net_.Restart(node, NewNode(Options(static_cast<int>(node)))); });
         }
         break;
       case Fault::Kind::kPartition:
@@ -256,13 +262,14 @@ class FleetSim {
     // the new one, waiting for each key it gains from that key's last owner.
     o.generation = generation_ - 1;
     o.join_gate = true;
-    Node& joiner = net_.AddNode(members_.back(), o);
+    Node& joiner = *net_.AddNode(members_.back(), NewNode(o)).node;
     if (Status e = joiner.ownership().Join(previous, members_, generation_); !e.ok()) {
       setup_errors_.push_back(e.error());
     }
     for (size_t n = 0; n < i; ++n) {
       if (!net_.up(n)) continue;
-      if (Status e = net_.node(n).ownership().SetMembers(members_, generation_); !e.ok()) {
+      if (Status e = net_.endpoint(n).node->ownership().SetMembers(members_, generation_);
+          !e.ok()) {
         setup_errors_.push_back(e.error());
       }
     }
@@ -297,7 +304,7 @@ class FleetSim {
   const std::vector<Fault> faults_;
   sim::SimScheduler sched_{kStartUs};
   sim::SimClock clock_;
-  SimNetwork net_;
+  sim::SimNetwork net_;
   std::vector<std::unique_ptr<ClientCore>> gateways_;
   std::vector<std::string> members_;
   uint64_t generation_ = 1;
@@ -420,7 +427,7 @@ Json FleetSim::Report() const {
   const double run_us = static_cast<double>(end_us_ - t0_);
   double busiest = 0;
   for (size_t n = 0; n < net_.nodes(); ++n) {
-    const SimNetwork::NodeLoad& l = net_.load(n);
+    const sim::SimNetwork::NodeLoad& l = net_.load(n);
     const Histogram::Snapshot wait = l.queue_wait_us.Read();
     double peak = 0;
     for (const auto& [second, busy] : l.busy_by_second) peak = std::max(peak, busy);
@@ -467,9 +474,9 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
   if (!resolved) return fail(resolved.error(), 2);
   Scenario& scenario = *resolved;
   if (o.nodes > 0) scenario.nodes = o.nodes;
-  Result<std::vector<Fault>> faults = ParseFaults(o.faults);
+  Result<std::vector<Fault>> faults = sim::ParseFaults(o.faults);
   if (!faults) return fail(faults.error(), 2);
-  if (Status s = CheckFaults(*faults, scenario.nodes, scenario.gateways, scenario.tenants);
+  if (Status s = sim::CheckFaults(*faults, scenario.nodes, scenario.gateways, scenario.tenants);
       !s.ok()) {
     return fail(s.error(), 2);
   }

@@ -1,8 +1,8 @@
 // `limiter-bench sim`: the whole fleet of a `cluster` scenario in simulated time, with the
 // real code: a ClientCore per gateway and a Node per shard, in one process on one simulated
-// clock (bench/sim_scheduler.h), over a modelled network and nodes modelled as queues whose
-// service times come from `limiter-bench node` (bench/sim_network.h). The workload is
-// `cluster`'s (bench/cluster_workload.h); faults come from a schedule (bench/sim_faults.h).
+// clock (sim/scheduler.h), over a modelled network and nodes modelled as queues whose
+// service times come from `limiter-bench node` (sim/network.h). The workload is
+// `cluster`'s (bench/cluster_workload.h); faults come from a schedule (sim/faults.h).
 //
 // Deterministic: the same options give the same report, byte for byte (the wall time the run
 // took is printed, and kept out of the report).
@@ -12,7 +12,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "bench/sim_network.h"
+#include "sim/network.h"
 
 namespace limiter::bench {
 
@@ -28,7 +28,7 @@ struct FleetSimOptions {
   std::string policies;  // the scenario's policy file
   int64_t deadline_us = 2000;
   std::string spread = "even";
-  NetworkModel model;
+  sim::NetworkModel model;
   std::string json_file;   // also write the report as JSON here
   std::string report_dir;  // also write report.md, per_second.tsv, chart.png here
   bool quiet = false;      // no progress lines

@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   sim->add_option("--seed", sim_o.seed, "Seed of every random draw")->capture_default_str();
   sim->add_option("--faults", sim_o.faults,
                   "Fault schedule, e.g. \"kill node 1 at 4s, restart at 7s; hot tenant at 2s\" "
-                  "(bench/sim_faults.h)");
+                  "(sim/faults.h)");
   sim->add_option("--policies", sim_o.policies, "Policy file of nodes and gateways")
       ->capture_default_str();
   sim->add_option("--deadline-us", sim_o.deadline_us, "Each gateway's store-call deadline")

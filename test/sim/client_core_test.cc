@@ -5,9 +5,10 @@
 #include <optional>
 
 #include "client/client_core.h"
-#include "common/policy_file.h"
 #include "limiter/client/http.h"
-#include "test/sim/sim.h"
+#include "sim/network.h"
+#include "sim/scheduler.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -16,8 +17,8 @@ using client::Decision;
 using client::Request;
 using client::Source;
 using sim::SimClock;
+using sim::SimNetwork;
 using sim::SimScheduler;
-using sim::SimTransport;
 
 const char* kPolicies = R"(
 policies:
@@ -45,9 +46,6 @@ class Harness {
   explicit Harness(int nodes = 1, ClientCoreOptions options = {},
                    std::optional<std::vector<std::string>> client_members = std::nullopt,
                    uint64_t node_generation = 0) {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "sim.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
     std::vector<std::string> members;
     for (int i = 0; i < nodes; ++i) members.push_back("n" + std::to_string(i) + ":1");
     for (const std::string& m : members) {
@@ -58,10 +56,10 @@ class Harness {
         o.generation = node_generation;
       }
       nodes_.push_back(std::make_unique<Node>(policies_, clock_, o));
-      transport_.AddNode(m, nodes_.back().get(), 100);
+      network_.AddNode(m, *nodes_.back()).latency_us = 100;
     }
     client_ = std::make_unique<ClientCore>(policies_, client_members.value_or(members), sched_,
-                                           transport_, options);
+                                           network_.Gateway(), options);
   }
 
   Decision Decide(Request r) {
@@ -82,16 +80,18 @@ class Harness {
   }
 
   SimScheduler& sched() { return sched_; }
-  SimTransport& transport() { return transport_; }
+  SimNetwork& network() { return network_; }
   ClientCore& client() { return *client_; }
   Node& node(int i = 0) { return *nodes_[static_cast<size_t>(i)]; }
-  SimTransport::SimNode& sim_node(int i = 0) { return transport_.node("n" + std::to_string(i) + ":1"); }
+  SimNetwork::Endpoint& sim_node(int i = 0) {
+    return network_.endpoint("n" + std::to_string(i) + ":1");
+  }
 
  private:
-  PolicySet policies_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "sim.yaml");
   SimScheduler sched_;
   SimClock clock_{sched_};
-  SimTransport transport_{sched_};
+  SimNetwork network_{sched_};
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unique_ptr<ClientCore> client_;
 };
@@ -110,11 +110,11 @@ TEST(ClientCore, AWarmKeyIsAnsweredFromItsLease) {
     h.sched().RunFor(1000);
   }
   EXPECT_GE(from_lease, 45);
-  EXPECT_LE(h.transport().sent(), 51u / 5);  // leases of 10, topped up in the background
+  EXPECT_LE(h.network().sent(), 51u / 5);  // leases of 10, topped up in the background
   Decision local;
   EXPECT_TRUE(h.client().TryLocal(r, &local));
   EXPECT_EQ(local.source, Source::kLease);
-  EXPECT_EQ(h.client().counters().leases, h.transport().sent(OpKind::kLease));
+  EXPECT_EQ(h.client().counters().leases, h.network().sent(OpKind::kLease));
 }
 
 TEST(ClientCore, AllLeasedUnitsWereChargedAtTheStore) {
@@ -147,7 +147,7 @@ TEST(ClientCore, NestedKeysLeaseFromTheirTenantToo) {
 TEST(ClientCore, StrictPoliciesCheckEveryRequest) {
   Harness h;
   EXPECT_EQ(h.Admitted({"login", "alice"}, 8), 5);
-  EXPECT_EQ(h.transport().sent(OpKind::kCheck), 8u);
+  EXPECT_EQ(h.network().sent(OpKind::kCheck), 8u);
   const Decision d = h.Decide({"login", "alice"});
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.source, Source::kStore);
@@ -173,7 +173,7 @@ TEST(ClientCore, BadRequestsAreDeniedWithAReasonAndNoStoreCall) {
   EXPECT_EQ(d.error, "the tenant is 300 bytes; at most 256 are allowed");
   d = h.Decide({"plain", "k", "", "", 0});
   EXPECT_EQ(d.error, "cost must be between 1 and 1000000000, got 0");
-  EXPECT_EQ(h.transport().sent(), 0u);
+  EXPECT_EQ(h.network().sent(), 0u);
 }
 
 TEST(ClientCore, ASilentNodeMissesDeadlinesThenIsMarkedDownAndProbedBack) {
@@ -189,12 +189,12 @@ TEST(ClientCore, ASilentNodeMissesDeadlinesThenIsMarkedDownAndProbedBack) {
   h.Decide({"login", "dave"});
   EXPECT_EQ(h.client().counters().deadline_misses, 3u);
   EXPECT_EQ(h.client().counters().nodes_down, 1u);
-  const uint64_t sent = h.transport().sent();
+  const uint64_t sent = h.network().sent();
   const int64_t before = h.sched().NowUs();
   d = h.Decide({"login", "erin"});
   EXPECT_EQ(d.source, Source::kFallback);
   EXPECT_EQ(h.sched().NowUs(), before);  // down: no waiting at all
-  EXPECT_EQ(h.transport().sent(), sent);
+  EXPECT_EQ(h.network().sent(), sent);
   // The node answers again: within 2 s a probe finds it and the store decides again.
   h.sim_node().silent = false;
   h.sched().RunFor(2'000'000);
@@ -213,7 +213,7 @@ TEST(ClientCore, ASlowNodeIsMarkedDownButKeepsItsConnection) {
   // connection.
   h.sched().RunFor(200'000);
   EXPECT_EQ(h.client().counters().nodes_down, 0u);
-  EXPECT_EQ(h.transport().disconnects("n0:1"), 0u);
+  EXPECT_EQ(h.network().disconnects("n0:1"), 0u);
 }
 
 TEST(ClientCore, AProbeWithoutAnswerReplacesTheConnection) {
@@ -221,9 +221,9 @@ TEST(ClientCore, AProbeWithoutAnswerReplacesTheConnection) {
   h.sim_node().silent = true;
   for (const char* who : {"a", "b", "c"}) h.Decide({"login", who});
   EXPECT_EQ(h.client().counters().nodes_down, 1u);
-  EXPECT_EQ(h.transport().disconnects("n0:1"), 0u);  // marked down: the connection stays
+  EXPECT_EQ(h.network().disconnects("n0:1"), 0u);  // marked down: the connection stays
   h.sched().RunFor(200'000);  // the first probe (after 100 ms +-50%) waits 20 ms for nothing
-  EXPECT_EQ(h.transport().disconnects("n0:1"), 1u);
+  EXPECT_EQ(h.network().disconnects("n0:1"), 1u);
 }
 
 TEST(ClientCore, SecurityFallbackIsTheStrictLocalLimitOrDeny) {

@@ -6,16 +6,17 @@
 #include <random>
 
 #include "client/client_core.h"
-#include "common/policy_file.h"
-#include "test/sim/sim.h"
+#include "sim/network.h"
+#include "sim/scheduler.h"
+#include "test/support/policies.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
 namespace {
 
 using sim::SimClock;
+using sim::SimNetwork;
 using sim::SimScheduler;
-using sim::SimTransport;
 
 const char* kPolicies = R"(
 policies:
@@ -55,20 +56,19 @@ FleetResult RunFleet(Routing routing, uint64_t seed) {
   constexpr int64_t kSeconds = 8;
   constexpr int64_t kHotRate = 15'000;  // offered to the 10,000/s key: 50% over
   constexpr int kKeys = 20;             // 100/s keys, offered 150/s each
-  Result<PolicySet> policies = ParsePolicies(kPolicies, "fleet.yaml");
-  EXPECT_TRUE(policies.ok()) << policies.error();
+  const PolicySet policies = testing::Policies(kPolicies, "fleet.yaml");
   SimScheduler sched;
   SimClock clock(sched);
-  Node node(*policies, clock, NodeOptions{});
-  SimTransport transport(sched);
-  transport.AddNode("node:1", &node, /*latency_us=*/150);
+  Node node(policies, clock, NodeOptions{});
+  SimNetwork network(sched);
+  network.AddNode("node:1", node).latency_us = 150;
   std::vector<std::unique_ptr<ClientCore>> gateways;
   ClientCoreOptions options;
   options.gateways = kGateways;
   for (int g = 0; g < kGateways; ++g) {
     gateways.push_back(
-        std::make_unique<ClientCore>(*policies, std::vector<std::string>{"node:1"}, sched,
-                                     transport, options));
+        std::make_unique<ClientCore>(policies, std::vector<std::string>{"node:1"}, sched,
+                                     network.Gateway(), options));
   }
   std::mt19937_64 rng(seed);
   auto pick = [&]() -> size_t {
@@ -123,8 +123,8 @@ FleetResult RunFleet(Routing routing, uint64_t seed) {
     r.most_held = std::max(r.most_held, held);
   }
   sched.RunFor(100'000);
-  r.store_ops = static_cast<int64_t>(transport.sent());
-  r.hot_store_ops = static_cast<int64_t>(transport.sent("hot"));
+  r.store_ops = static_cast<int64_t>(network.sent());
+  r.hot_store_ops = static_cast<int64_t>(network.sent("hot"));
   r.worst_window_hot = hot.worst;
   for (const Window& w : keys) r.worst_window_key = std::max(r.worst_window_key, w.worst);
   r.steady_seconds = kSeconds - 2;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "test/sim/sim.h"
+#include "test/sim/sim_cluster.h"
 
 namespace limiter {
 namespace {
@@ -59,29 +59,11 @@ class HandoffSim : public ::testing::Test {
     }
   }
 
-  Node& node(const std::string& address) { return *cluster_.transport().node(address).node; }
+  Node& node(const std::string& address) { return cluster_.node(address); }
 
-  // Hands `from`'s queued job to the receivers at once (the network is the integration
+  // Hands `from`'s queued jobs to the receivers at once (the network is the integration
   // tests' business); the keys it could deliver.
-  int64_t RunHandoff(const std::string& from) {
-    const Handoff::Sink sink = [this](const std::string& member,
-                                          std::span<const uint8_t> frame) -> int64_t {
-      if (dead_.count(member)) return -1;
-      auto& target = cluster_.transport().node(member);
-      std::vector<uint8_t> out;
-      target.node->HandleFrame(*target.worker, frame, out);
-      std::vector<uint64_t> aligned;
-      const wire::Reply* r = VerifiedReply(DecodeFrame(out, 64u << 20).body, aligned);
-      if (r == nullptr || r->ops() == nullptr || r->ops()->size() != 1) return -1;
-      const wire::OpReply* op = r->ops()->Get(0);
-      return op->status() == wire::Status::Ok ? op->granted() : -1;
-    };
-    int64_t sent = 0;
-    while (auto stats = node(from).handoff().RunNext(sink, std::chrono::milliseconds(0))) {
-      sent += stats->keys_sent;
-    }
-    return sent;
-  }
+  int64_t RunHandoff(const std::string& from) { return cluster_.network().RunHandoffs(from); }
 
   // Runs the simulation to `us` after its start.
   void RunTo(int64_t us) { cluster_.sched().RunUntil(t0_ + us); }
@@ -140,7 +122,6 @@ class HandoffSim : public ::testing::Test {
 
   SimCluster cluster_;
   std::vector<ClientCore*> gateways_;
-  std::set<std::string> dead_;
   std::map<std::string, int64_t> charged_, fallbacks_;
   int64_t until_us_ = 0;
   int64_t t0_ = 0;  // the simulation's start
@@ -188,9 +169,8 @@ TEST_F(HandoffSim, ALeavingNodeThatDiesBeforeHandingOverCostsAtMostOneBurst) {
   // b announced its leave, then died: nothing arrives, the others wait out the deadline.
   ASSERT_TRUE(node("a:1").ownership().SetMembers(kWithoutB, 2).ok());
   ASSERT_TRUE(node("c:1").ownership().SetMembers(kWithoutB, 2).ok());
-  cluster_.transport().node("b:1").refuses = true;
+  cluster_.network().endpoint("b:1").refuses = true;  // its process is gone: its sends fail
   node("b:1").Leave(2);
-  dead_ = {"a:1", "c:1"};  // b's sends all fail
   RunHandoff("b:1");
   RunTo(end_us + 100'000);
   EXPECT_GT(node("a:1").ownership().counters().waits_expired.load() +
@@ -215,7 +195,7 @@ TEST(HandoffGateway, AGatewayMeetingAClosedPortAsksAnotherMemberForTheList) {
   cluster.AddNode("a:1", Member(kWithoutB, 2));
   cluster.AddNode("b:1", Member(kAll, 1));
   cluster.AddNode("c:1", Member(kWithoutB, 2));
-  cluster.transport().node("b:1").refuses = true;  // b has left and exited
+  cluster.network().endpoint("b:1").refuses = true;  // b has left and exited
   ClientCoreOptions o;
   o.generation = 1;
   o.deadline_us = 5000;

@@ -10,16 +10,17 @@
 #include "common/promise_check.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
-#include "common/policy_file.h"
-#include "test/sim/sim.h"
+#include "sim/network.h"
+#include "sim/scheduler.h"
+#include "test/support/policies.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {
 namespace {
 
 using sim::SimClock;
+using sim::SimNetwork;
 using sim::SimScheduler;
-using sim::SimTransport;
 
 // CHECK per request (strict), so the node sees every request and the key gets hot.
 const char* kPolicies = R"(
@@ -32,11 +33,10 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  Result<PolicySet> policies = ParsePolicies(kPolicies, "hot.yaml");
-  ASSERT_TRUE(policies.ok()) << policies.error();
+  const PolicySet policies = testing::Policies(kPolicies, "hot.yaml");
   SimScheduler sched;
   SimClock clock(sched);
-  SimTransport transport(sched);
+  SimNetwork network(sched);
   const std::vector<std::string> members = {"n0:1", "n1:1", "n2:1"};
   std::vector<std::unique_ptr<Node>> nodes;
   for (const std::string& m : members) {
@@ -47,8 +47,8 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
     o.hot.split_above = 1500;  // ops/s
     o.hot.split_k = 4;
     o.hot.merge_below = 400;
-    nodes.push_back(std::make_unique<Node>(*policies, clock, o));
-    transport.AddNode(m, nodes.back().get(), 100);
+    nodes.push_back(std::make_unique<Node>(policies, clock, o));
+    network.AddNode(m, *nodes.back()).latency_us = 100;
   }
   // Each node ticks once a second, in a fixed order.
   std::function<void()> tick = [&] {
@@ -58,7 +58,7 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   sched.After(1'000'000, tick);
   std::vector<std::unique_ptr<ClientCore>> gateways;
   for (int g = 0; g < 4; ++g) {
-    gateways.push_back(std::make_unique<ClientCore>(*policies, members, sched, transport,
+    gateways.push_back(std::make_unique<ClientCore>(policies, members, sched, network.Gateway(),
                                                     ClientCoreOptions{}));
   }
 
@@ -96,7 +96,7 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   // It was split, early, and its sub-buckets were on at least two nodes.
   ASSERT_NE(split_seen_at, 0) << "the hot key was never split";
   EXPECT_LE(split_seen_at - start, 3'000'000);
-  EXPECT_GE(transport.sub_bucket_ops().size(), 2u);
+  EXPECT_GE(network.sub_bucket_ops().size(), 2u);
   uint64_t redirects = 0;
   for (auto& gw : gateways) redirects += gw->counters().split_redirects;
   EXPECT_GE(redirects, 1u);
@@ -116,7 +116,7 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   RecordProperty("split_after_ms", std::to_string((split_seen_at - start) / 1000));
   RecordProperty("admitted_in_hot_phase", std::to_string(in_hot_phase));
   RecordProperty("worst_interval_admitted", std::to_string(worst.admitted));
-  for (const auto& [node, ops] : transport.sub_bucket_ops()) {
+  for (const auto& [node, ops] : network.sub_bucket_ops()) {
     RecordProperty("sub_bucket_ops_" + node, std::to_string(ops));
   }
 }
@@ -145,11 +145,10 @@ TEST_P(SplitNeverErrs, WhileTheSplitStartsRenewsMergesAndItsOwnerRestarts) {
 policies:
   - {name: api, algorithm: gcra, limit: 1000000, window: 1s, class: contract, mode: )") +
                            GetParam().mode + "}\n";
-  Result<PolicySet> policies = ParsePolicies(yaml, "hot.yaml");
-  ASSERT_TRUE(policies.ok()) << policies.error();
+  const PolicySet policies = testing::Policies(yaml, "hot.yaml");
   SimScheduler sched;
   SimClock clock(sched);
-  SimTransport transport(sched);
+  SimNetwork network(sched);
   const std::vector<std::string> members = {"n0:1", "n1:1", "n2:1"};
   // A key one of whose four sub-buckets lives on its own owner (the restart loses that one's
   // split record) and another elsewhere.
@@ -180,9 +179,9 @@ policies:
   std::vector<std::unique_ptr<Node>> nodes;  // a restarted node's old self stays, unused
   std::map<std::string, Node*> live;
   for (const std::string& m : members) {
-    nodes.push_back(std::make_unique<Node>(*policies, clock, options_for(m)));
+    nodes.push_back(std::make_unique<Node>(policies, clock, options_for(m)));
     live[m] = nodes.back().get();
-    transport.AddNode(m, nodes.back().get(), GetParam().latency_us);
+    network.AddNode(m, *nodes.back()).latency_us = GetParam().latency_us;
   }
   std::function<void()> tick = [&] {
     for (auto& [m, n] : live) n->Tick();
@@ -193,7 +192,8 @@ policies:
   for (int g = 0; g < 4; ++g) {
     ClientCoreOptions o;
     o.seed = static_cast<uint64_t>(g + 1);
-    gateways.push_back(std::make_unique<ClientCore>(*policies, members, sched, transport, o));
+    gateways.push_back(
+        std::make_unique<ClientCore>(policies, members, sched, network.Gateway(), o));
   }
 
   // Hot (3000/s) for 6 s: split. Cool (50/s) for 8 s: merged back. Hot again: split in a new
@@ -221,7 +221,7 @@ policies:
   bool merged = false;
   auto split_now = [&]() -> std::optional<uint32_t> {
     Node& n = *live[owner];
-    const KeyId id = protocol::LimitId(policies->policies()[0], key, {});
+    const KeyId id = protocol::LimitId(policies.policies()[0], key, {});
     const size_t stripe = n.store().StripeOf(id);
     Store::StripeLock lock(n.store(), {&stripe, 1});
     const Store::Split* split = n.store().FindSplit(id);
@@ -237,9 +237,9 @@ policies:
     }
     if (t == start + 17'000'000) {
       ASSERT_GE(epochs.size(), 2u) << "split again before the restart";
-      nodes.push_back(std::make_unique<Node>(*policies, clock, options_for(owner)));
+      nodes.push_back(std::make_unique<Node>(policies, clock, options_for(owner)));
       live[owner] = nodes.back().get();
-      transport.AddNode(owner, nodes.back().get(), GetParam().latency_us);
+      network.AddNode(owner, *nodes.back()).latency_us = GetParam().latency_us;
     }
   }
   sched.RunFor(1'000'000);

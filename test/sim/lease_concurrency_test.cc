@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "client/client_core.h"
-#include "common/policy_file.h"
 #include "limiter/client/http.h"
-#include "test/sim/sim.h"
+#include "sim/network.h"
+#include "sim/scheduler.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -20,8 +21,8 @@ namespace {
 using client::Decision;
 using client::Request;
 using client::Source;
+using sim::SimNetwork;
 using sim::SimScheduler;
-using sim::SimTransport;
 
 std::string PolicyFile(int64_t lease_size, const std::string& window) {
   return "policies:\n"
@@ -34,16 +35,14 @@ std::string PolicyFile(int64_t lease_size, const std::string& window) {
 // One node (its clock frozen unless told otherwise) and one gateway.
 class OneKey {
  public:
-  explicit OneKey(const std::string& policies) {
-    Result<PolicySet> p = ParsePolicies(policies, "sim.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+  explicit OneKey(const std::string& policies)
+      : policies_(testing::Policies(policies, "sim.yaml")) {
     node_ = std::make_unique<Node>(policies_, node_clock_, NodeOptions{});
-    transport_.AddNode("n0:1", node_.get(), 100);
+    network_.AddNode("n0:1", *node_).latency_us = 100;
     ClientCoreOptions o;
     o.deadline_us = 50'000;  // no deadline misses: this is about the store's answers
     client_ = std::make_unique<ClientCore>(policies_, std::vector<std::string>{"n0:1"}, sched_,
-                                           transport_, o);
+                                           network_.Gateway(), o);
   }
 
   struct Outcome {
@@ -72,15 +71,15 @@ class OneKey {
   }
 
   SimScheduler& sched() { return sched_; }
-  SimTransport& transport() { return transport_; }
+  SimNetwork& network() { return network_; }
   ClientCore& client() { return *client_; }
   ManualClock& node_clock() { return node_clock_; }
 
  private:
-  PolicySet policies_;
+  const PolicySet policies_;
   SimScheduler sched_;
   ManualClock node_clock_{1'000'000};
-  SimTransport transport_{sched_};
+  SimNetwork network_{sched_};
   std::unique_ptr<Node> node_;
   std::unique_ptr<ClientCore> client_;
 };
@@ -114,7 +113,7 @@ TEST_P(ManyCallersStoreCalls, NeedNoMoreStoreCallsThanOneCallerPlusOne) {
     one.Run({"k", "x"}, n, 1);
     OneKey many(PolicyFile(c.lease_size, c.window));
     many.Run({"k", "x"}, n, c.callers);
-    EXPECT_LE(many.transport().sent(OpKind::kLease), one.transport().sent(OpKind::kLease) + 1)
+    EXPECT_LE(many.network().sent(OpKind::kLease), one.network().sent(OpKind::kLease) + 1)
         << "n = " << n;
   }
 }
@@ -123,14 +122,13 @@ TEST(LeaseWaiters, ARequestThatWouldWaitPastItsDeadlineFallsBack) {
   // The owner answers in 1.8 ms (the deadline is 2 ms). A request that comes 1.5 ms after
   // the lease was sent is not served by it (lease size 1) and would wait for the next one
   // until 3.6 ms: it falls back at its own deadline, 3.5 ms, instead.
-  Result<PolicySet> p = ParsePolicies(PolicyFile(1, "1h"), "sim.yaml");
-  ASSERT_TRUE(p.ok()) << p.error();
+  const PolicySet p = testing::Policies(PolicyFile(1, "1h"), "sim.yaml");
   SimScheduler sched;
   ManualClock clock(1'000'000);
-  SimTransport transport(sched);
-  Node node(*p, clock, NodeOptions{});
-  transport.AddNode("n0:1", &node, 900);
-  ClientCore client(*p, {"n0:1"}, sched, transport, ClientCoreOptions{});
+  SimNetwork network(sched);
+  Node node(p, clock, NodeOptions{});
+  network.AddNode("n0:1", node).latency_us = 900;
+  ClientCore client(p, {"n0:1"}, sched, network.Gateway(), ClientCoreOptions{});
   const int64_t start = sched.NowUs();
   std::optional<Decision> first, second;
   int64_t second_at = 0;

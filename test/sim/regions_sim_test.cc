@@ -20,12 +20,13 @@
 
 #include "protocol/request_builder.h"
 #include "protocol/key_id.h"
-#include "common/policy_file.h"
 #include "common/promise_check.h"
 #include "protocol/rules.h"
 #include "common/region_share.h"
 #include "protocol/wire.h"
 #include "server/node.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -40,9 +41,7 @@ policies:
 struct SimRegion {
   std::string name;
   int64_t skew_ms = 0;  // its wall clock against the simulation's
-  std::unique_ptr<ManualClock> clock;  // its monotonic clock
-  std::unique_ptr<Node> node;
-  Node::Worker* worker = nullptr;
+  std::unique_ptr<testing::NodeHarness> node;  // on its own monotonic clock
   double rate = 0;     // requests/s its gateways send now
   double owed = 0;     // fractional arrivals carried to the next millisecond
   int64_t next_tick_wall = 0;
@@ -52,16 +51,12 @@ struct SimRegion {
 class RegionsSim : public ::testing::Test {
  protected:
   explicit RegionsSim(int64_t skew = 0) : skew_(skew) {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "regions_sim.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
     const std::vector<std::pair<std::string, int64_t>> regions = {
         {"ap", 7 + skew_}, {"eu", -4}, {"us", 0}};
     for (size_t i = 0; i < regions.size(); ++i) {
       SimRegion& r = regions_[regions[i].first];
       r.name = regions[i].first;
       r.skew_ms = regions[i].second;
-      r.clock = std::make_unique<ManualClock>(5'000'000 + 123'457 * static_cast<int64_t>(i));
       NodeOptions o;
       o.name = r.name;
       o.regions.region = r.name;
@@ -69,26 +64,20 @@ class RegionsSim : public ::testing::Test {
       for (const auto& [other, skew] : regions) {
         if (other != r.name) o.regions.others.push_back({other, {other + ":1"}, ""});
       }
-      r.node = std::make_unique<Node>(policies_, *r.clock, o);
-      r.worker = &r.node->AddWorker();
+      r.node = std::make_unique<testing::NodeHarness>(
+          policies_, o, 5'000'000 + 123'457 * static_cast<int64_t>(i));
       r.next_tick_wall = kIntervalMs;
     }
   }
 
   const wire::Reply& Send(SimRegion& r, std::span<const uint8_t> body) {
-    out_.clear();
-    r.node->HandleFrame(*r.worker, body, out_);
-    const FrameResult f = DecodeFrame(out_, 64u << 20);
-    EXPECT_EQ(f.status, FrameStatus::kFrame);
-    const wire::Reply* reply = VerifiedReply(f.body, aligned_);
-    EXPECT_NE(reply, nullptr);
-    return *reply;
+    return r.node->Send(body);
   }
 
   int64_t Share(const std::string& region) {
     SimRegion& r = regions_.at(region);
     const KeyId id = protocol::LimitId(*policies_.Find("partner"), "acme", {});
-    return r.node->regions()->ViewOf(0, &id, r.clock->NowMs()).front().share;
+    return r.node->node().regions()->ViewOf(0, &id, r.node->clock().NowMs()).front().share;
   }
 
   // Runs the simulation to `until_ms`, one millisecond at a time.
@@ -107,7 +96,7 @@ class RegionsSim : public ::testing::Test {
         // Half an interval after its tick, on its wall clock: the new shares.
         if (now_ms_ + r.skew_ms >= r.next_tick_wall - kIntervalMs / 2 && !r.rebalanced) {
           r.rebalanced = true;
-          r.node->regions()->Rebalance(r.clock->NowMs());
+          r.node->node().regions()->Rebalance(r.node->clock().NowMs());
           // The shares in force across regions, whenever one changes.
           const std::vector<int64_t> in_force = Now();
           max_sum_ = std::max(max_sum_, in_force[0] + in_force[1] + in_force[2]);
@@ -115,9 +104,9 @@ class RegionsSim : public ::testing::Test {
         if (now_ms_ + r.skew_ms >= r.next_tick_wall) {
           r.next_tick_wall += kIntervalMs;
           r.rebalanced = false;
-          r.node->regions()->Measure(r.clock->NowMs());
-          for (auto& [region, to, body] : r.node->regions()->Reports(
-                   name + ":1", r.node->policy_table().digest(), KeyIdSeedDigest())) {
+          r.node->node().regions()->Measure(r.node->clock().NowMs());
+          for (auto& [region, to, body] : r.node->node().regions()->Reports(
+                   name + ":1", r.node->node().policy_table().digest(), KeyIdSeedDigest())) {
             if (cut_.count(name) || cut_.count(region)) continue;
             in_flight_.push_back({now_ms_ + kLatencyMs, region, std::move(body)});
           }
@@ -131,7 +120,7 @@ class RegionsSim : public ::testing::Test {
           if (reply.ops()->Get(0)->allowed()) admitted_.push_back({now_ms_ * 1000, now_ms_ * 1000, 1});
         }
       }
-      for (auto& [name, r] : regions_) r.clock->Advance(1);
+      for (auto& [name, r] : regions_) r.node->clock().Advance(1);
       if (now_ms_ % 1000 == 999) {
         shares_.push_back({Share("ap"), Share("eu"), Share("us")});
       }
@@ -162,7 +151,7 @@ class RegionsSim : public ::testing::Test {
     std::string to;
     std::vector<uint8_t> body;
   };
-  PolicySet policies_;
+  const PolicySet policies_ = testing::Policies(kPolicies, "regions_sim.yaml");
   std::map<std::string, SimRegion> regions_;
   std::deque<Flight> in_flight_;
   std::set<std::string> cut_;
@@ -171,8 +160,6 @@ class RegionsSim : public ::testing::Test {
   int64_t now_ms_ = 0;
   std::vector<Admission> admitted_;
   std::vector<std::vector<int64_t>> shares_;  // per simulated second: ap, eu, us
-  std::vector<uint8_t> out_;
-  std::vector<uint64_t> aligned_;
 };
 
 // The scenario: shifts, a cut-off, a return. `exact_timing`: convergence is checked 3

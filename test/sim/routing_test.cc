@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "client/routing.h"
-#include "test/sim/sim.h"
+#include "test/sim/sim_cluster.h"
+#include "test/support/node_harness.h"
 
 namespace limiter {
 namespace {
@@ -40,12 +41,8 @@ NodeOptions Member(std::vector<std::string> members, uint64_t generation) {
 int64_t Available(Node& node, const std::string& policy, const std::string& key) {
   RequestBuilder b;
   b.Inspect(1, policy, key);
-  std::vector<uint8_t> out;
-  node.HandleFrame(node.AddWorker(), b.Finish(), out);
-  std::vector<uint64_t> aligned;
-  const wire::Reply* reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
-  if (reply == nullptr || reply->ops()->size() != 1) return -1;
-  const wire::OpReply& op = *reply->ops()->Get(0);
+  testing::NodeHarness::Caller caller(node);
+  const wire::OpReply& op = caller.One(b);
   return op.results() ? op.results()->Get(0)->remaining() : -1;
 }
 
@@ -124,7 +121,7 @@ TEST(Routing, AStaleNodeCannotTakeTheRingBack) {
     EXPECT_EQ(g.ring()->version(), ours.version()) << "adopted a stale list";
     EXPECT_EQ(g.generation(), 5u);
   }
-  EXPECT_EQ(c.transport().sent("login"), 5u);  // never sent on to n2
+  EXPECT_EQ(c.network().sent("login"), 5u);  // never sent on to n2
   EXPECT_EQ(g.counters().rings_adopted, 0u);
 }
 
@@ -184,7 +181,7 @@ TEST(Routing, ProbesOfAReturningNodeAreSpreadOut) {
   // 100 ms +-50%) must not all come at once.
   SimCluster c(kPolicies);
   c.AddNode("n0:1");
-  c.transport().node("n0:1").refuses = true;
+  c.network().endpoint("n0:1").refuses = true;
   std::vector<ClientCore*> gateways;
   for (int i = 0; i < 20; ++i) gateways.push_back(&c.AddGateway({"n0:1"}));
   // All refused at the same instant: all marked down together.
@@ -194,7 +191,7 @@ TEST(Routing, ProbesOfAReturningNodeAreSpreadOut) {
     g->DecideAsync({"login", "k"}, [&](Decision d) { answered += d.source == Source::kFallback; });
   }
   std::vector<int64_t> probes;
-  c.transport().on_send = [&](int64_t now, const std::string&, const OpSpec& op) {
+  c.network().on_send = [&](int64_t now, const std::string&, const OpSpec& op) {
     if (op.kind == OpKind::kStats) probes.push_back(now - start);
   };
   c.sched().RunFor(149'999);  // a second probe comes 100 ms after the first at the soonest
@@ -211,21 +208,21 @@ TEST(Routing, ProbesOfAReturningNodeAreSpreadOut) {
 TEST(Routing, BillingDebtsArePaidBackAFewAtATime) {
   SimCluster c(kPolicies);
   Node& node = c.AddNode("n0:1");
-  c.transport().node("n0:1").refuses = true;
+  c.network().endpoint("n0:1").refuses = true;
   ClientCoreOptions o;
   o.reconcile_in_flight = 4;
   ClientCore& g = c.AddGateway({"n0:1"}, o);
   for (int i = 0; i < 200; ++i) {
     EXPECT_TRUE(c.Decide(g, {"usage", "acct-" + std::to_string(i), "", "", 3}).allowed);
   }
-  c.transport().node("n0:1").refuses = false;
+  c.network().endpoint("n0:1").refuses = false;
   uint64_t leases = 0;
-  c.transport().on_send = [&](int64_t, const std::string&, const OpSpec& op) {
+  c.network().on_send = [&](int64_t, const std::string&, const OpSpec& op) {
     leases += op.kind == OpKind::kLease;
   };
   c.sched().RunFor(3'000'000);  // probed back, then the debts are leased
   EXPECT_EQ(leases, 200u);
-  EXPECT_LE(c.transport().max_in_flight("n0:1"), 4);
+  EXPECT_LE(c.network().max_in_flight("n0:1"), 4);
   EXPECT_EQ(g.counters().nodes_down, 0u);
   EXPECT_EQ(g.counters().deadline_misses, 0u);
   // Every debt was paid: each account has 3 units fewer than a fresh one.

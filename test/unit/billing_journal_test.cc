@@ -27,8 +27,9 @@
 #include "client/client_core.h"
 #include "client/fallbacks.h"
 #include "client/request_resolver.h"
-#include "common/policy_file.h"
-#include "test/sim/sim.h"
+#include "test/sim/sim_cluster.h"
+#include "test/support/node_harness.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -399,10 +400,8 @@ class Debts : public ::testing::Test {
  protected:
   void SetUp() override { Load(kPolicies); }
   void Load(const char* text) {
-    Result<PolicySet> p = ParsePolicies(text, "billing.yaml");
-    ASSERT_TRUE(p.ok()) << p.error();
     fallbacks_.reset();
-    policies_ = std::make_unique<PolicySet>(std::move(p).value());
+    policies_ = std::make_unique<PolicySet>(testing::Policies(text, "billing.yaml"));
     resolver_ = std::make_unique<RequestResolver>(*policies_);
   }
   Fallbacks& Make(size_t max_debts) {
@@ -661,12 +660,8 @@ TEST_F(Debts, AReplayBeyondTheBoundKeepsTheFirstDebts) {
 int64_t Available(Node& node, const std::string& policy, const std::string& key) {
   RequestBuilder b;
   b.Inspect(1, policy, key);
-  std::vector<uint8_t> out;
-  node.HandleFrame(node.AddWorker(), b.Finish(), out);
-  std::vector<uint64_t> aligned;
-  const wire::Reply* reply = VerifiedReply(DecodeFrame(out, 1u << 20).body, aligned);
-  if (reply == nullptr || reply->ops()->size() != 1) return -1;
-  const wire::OpReply& op = *reply->ops()->Get(0);
+  testing::NodeHarness::Caller caller(node);
+  const wire::OpReply& op = caller.One(b);
   return op.results() ? op.results()->Get(0)->remaining() : -1;
 }
 
@@ -678,8 +673,8 @@ TEST(BillingRestart, ReplayedDebtsArePaidToTheOwnersOfTheirKeysUnderTheNewRing) 
     // The first gateway's only member is gone: everything it admits is owed. Its own
     // scheduler, so that its timers go with it.
     sim::SimScheduler sched;
-    sim::SimTransport transport(sched);
-    ClientCore first(c.policies(), {"gone:1"}, sched, transport, ClientCoreOptions{});
+    sim::SimNetwork network(sched);
+    ClientCore first(c.policies(), {"gone:1"}, sched, network.Gateway(), ClientCoreOptions{});
     Result<BillingJournal::Replay> r = BillingJournal::Open(path, ByHand());
     ASSERT_TRUE(r.ok()) << r.error();
     ASSERT_TRUE(first.RestoreBillingDebts(std::move(r).value()).ok());
@@ -702,8 +697,8 @@ TEST(BillingRestart, ReplayedDebtsArePaidToTheOwnersOfTheirKeysUnderTheNewRing) 
   o.members = members;
   Node& n0 = c.AddNode("n0:1", o);
   Node& n1 = c.AddNode("n1:1", o);
-  auto second = std::make_unique<ClientCore>(c.policies(), members, c.sched(), c.transport(),
-                                             ClientCoreOptions{});
+  auto second = std::make_unique<ClientCore>(c.policies(), members, c.sched(),
+                                             c.network().Gateway(), ClientCoreOptions{});
   Result<BillingJournal::Replay> r = BillingJournal::Open(path, ByHand());
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->debts.size(), 20u);

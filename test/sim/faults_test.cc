@@ -1,9 +1,9 @@
 // The --faults grammar: every kind of clause, and every kind of mistake with its message.
-#include "bench/sim_faults.h"
+#include "sim/faults.h"
 
 #include <gtest/gtest.h>
 
-namespace limiter::bench {
+namespace limiter::sim {
 namespace {
 
 TEST(SimFaults, ParsesEveryKind) {
@@ -82,4 +82,4 @@ TEST(SimFaults, NumbersAreCheckedAgainstTheFleet) {
 }
 
 }  // namespace
-}  // namespace limiter::bench
+}  // namespace limiter::sim

@@ -1,7 +1,8 @@
 // Simulated time for the client and the node: one event queue that fires in a fixed order
 // (time, then order of scheduling), and a node Clock that reads it. Single threaded:
-// everything runs inside RunUntil. Shared by the simulation tests (test/sim) and
-// `limiter-bench sim`; same events in, same order out, so a seeded run repeats exactly.
+// everything runs inside RunUntil. Part of the simulation library (sim/), which the
+// simulation tests (test/sim) and `limiter-bench sim` share; same events in, same order out,
+// so a seeded run repeats exactly.
 #pragma once
 
 #include <algorithm>
@@ -24,8 +25,8 @@ class SimScheduler final : public Scheduler {
   void Post(std::function<void()> fn) override { After(0, std::move(fn)); }
   uint64_t After(int64_t delay_us, std::function<void()> fn) override {
     const uint64_t id = next_id_++;
-    auto it = queue_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_us), id),
-                             std::move(fn));
+    auto it =
+        queue_.emplace(std::make_pair(now_us_ + std::max<int64_t>(0, delay_us), id), std::move(fn));
     by_id_.emplace(id, it.first);
     return id;
   }

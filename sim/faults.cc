@@ -1,4 +1,4 @@
-#include "bench/sim_faults.h"
+#include "sim/faults.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <optional>
 #include <sstream>
 
-namespace limiter::bench {
+namespace limiter::sim {
 namespace {
 
 std::string Trim(std::string s) {
@@ -154,8 +154,8 @@ Result<Fault> Clause(const std::string& clause) {
     std::vector<std::string> e = Words(parts[i]);
     if (e.size() == 2 && e[0] == "rate" &&
         std::find(ends.begin(), ends.end(), "rate") != ends.end()) {
-      const std::optional<double> r = Number(e[1].ends_with("/s") ? e[1].substr(0, e[1].size() - 2)
-                                                                  : e[1]);
+      const std::optional<double> r =
+          Number(e[1].ends_with("/s") ? e[1].substr(0, e[1].size() - 2) : e[1]);
       if (!r || *r <= 0 || *r > 1e7) {
         return Error{"'" + e[1] + "' is not a rate (requests/s, up to 10,000,000)"};
       }
@@ -167,7 +167,10 @@ Result<Fault> Clause(const std::string& clause) {
     if (e.size() != 3 || e[1] != "at" || std::find(ends.begin(), ends.end(), e[0]) == ends.end()) {
       std::string allowed;
       for (const std::string& x : ends) {
-        allowed += (allowed.empty() ? "'" : ", '") + x + (x == "rate" ? " R'" : x == "until" ? " T'" : " at T'");
+        allowed += (allowed.empty() ? "'" : ", '") + x +
+                   (x == "rate"    ? " R'"
+                    : x == "until" ? " T'"
+                                   : " at T'");
       }
       return Error{"'" + parts[i] + "' is not " +
                    (ends.empty() ? "allowed here" : "one of " + allowed)};
@@ -232,4 +235,4 @@ Status CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways, in
   return Status::Ok();
 }
 
-}  // namespace limiter::bench
+}  // namespace limiter::sim

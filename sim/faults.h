@@ -1,5 +1,6 @@
-// The fault schedule of `limiter-bench sim --faults SPEC`: clauses separated by ';', each a
-// fault with optional ", <end> at T" parts. Nodes and gateways are numbered from 1; times are
+// A fault schedule for a simulation (`limiter-bench sim --faults SPEC`): clauses separated by
+// ';', each a fault with optional ", <end> at T" parts; SimNetwork (sim/network.h) carries out
+// the faults on the network. Nodes and gateways are numbered from 1; times are
 // simulated seconds from the start ("4s", "4.5s", "500ms").
 //
 //   kill node N at T [, restart at T2]         the process dies (peers get resets); a restart
@@ -22,17 +23,17 @@
 
 #include "limiter/status.h"
 
-namespace limiter::bench {
+namespace limiter::sim {
 
 struct Fault {
   enum class Kind { kKill, kPartition, kSlow, kAddNode, kHotTenant };
   Kind kind = Kind::kKill;
   int64_t at_us = 0;
-  int64_t until_us = -1;  // restart, heal, until; -1: never
-  int node = 0;           // 0-based
+  int64_t until_us = -1;                 // restart, heal, until; -1: never
+  int node = 0;                          // 0-based
   int gateway_from = 0, gateway_to = 0;  // 0-based, inclusive
-  double factor = 1;      // slow
-  int64_t tenant = 1000;  // hot tenant
+  double factor = 1;                     // slow
+  int64_t tenant = 1000;                 // hot tenant
   double rate = 30'000;
   std::string text;  // the clause, for the report
 };
@@ -44,4 +45,4 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec);
 // one from its time on): ok, or the first fault that names what the fleet does not have.
 Status CheckFaults(const std::vector<Fault>& faults, int nodes, int gateways, int64_t tenants);
 
-}  // namespace limiter::bench
+}  // namespace limiter::sim
