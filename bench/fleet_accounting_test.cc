@@ -6,9 +6,9 @@
 
 #include <random>
 
-#include "common/policy_file.h"
 #include "test/unit/test_seed.h"
 #include "limiter/client/client.h"
+#include "test/support/policies.h"
 
 namespace limiter::bench {
 namespace {
@@ -26,9 +26,7 @@ policies:
 class Accounting : public ::testing::Test {
  protected:
   Accounting() {
-    Result<PolicySet> p = ParsePolicies(kPolicies, "test.yaml");
-    EXPECT_TRUE(p.ok()) << p.error();
-    policies_ = std::move(p).value();
+    policies_ = testing::Policies(kPolicies, "test.yaml");
     Result<std::vector<KindLimits>> limits = LimitsOf(policies_, 4, /*deadline_us=*/2000);
     EXPECT_TRUE(limits.ok()) << limits.error();
     if (limits.ok()) limits_ = std::move(limits).value();

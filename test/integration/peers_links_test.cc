@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/policy_file.h"
 #include "server/node.h"
 #include "server/peers.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -59,9 +59,7 @@ class PeersLinks : public ::testing::Test {
     ASSERT_FALSE(b.listen.empty());
     ASSERT_FALSE(c.listen.empty());
 
-    Result<PolicySet> parsed = ParsePolicies(kPolicies, "peers_links.yaml");
-    ASSERT_TRUE(parsed.ok()) << parsed.error();
-    policies_ = std::move(parsed).value();
+    policies_ = testing::Policies(kPolicies, "peers_links.yaml");
     NodeOptions o;
     o.name = "a";
     o.self = "127.0.0.1:1";

@@ -18,7 +18,6 @@
 #include "protocol/auth.h"
 #include "protocol/key_id.h"
 #include "common/membership.h"
-#include "common/policy_file.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 #include "protocol/state_transfer.h"
@@ -28,6 +27,7 @@
 #include "test/integration/node_process.h"
 #include "test/integration/test_certificates.h"
 #include "test/support/ctl_runner.h"
+#include "test/support/policies.h"
 
 namespace limiter {
 namespace {
@@ -147,9 +147,9 @@ TEST_F(RolesCluster, AGatewayCannotJoinItsOwnListenerAndTakeKeys) {
 }
 
 TEST_F(RolesCluster, AGatewayCannotLockAKeyOutWithAForgedHandOff) {
-  Result<PolicySet> p = ParsePolicies(kPolicies, "roles");
-  ASSERT_TRUE(p.ok());
-  const Policy& login = p->policies()[0];
+  const PolicySet p = testing::Policies(kPolicies, "roles");
+  ASSERT_FALSE(p.policies().empty());
+  const Policy& login = p.policies()[0];
   KeyLimiter spent(login.algorithm);
   ASSERT_TRUE(spent.Decide(login.rate, 1'000'000, 5).allowed);
   std::vector<int64_t> fields;
