@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "server/admin_port.h"
+#include "test/support/wait.h"
 
 namespace limiter::testing {
 
@@ -38,17 +39,6 @@ struct HttpResponse {
     return it == headers.end() ? "" : it->second;
   }
 };
-
-// Polls `done` until it holds or `within` passes; whether it held. For waits on another
-// thread's progress, never for timing.
-template <class Predicate>
-bool WaitUntil(Predicate done, std::chrono::milliseconds within = std::chrono::seconds(20)) {
-  for (const auto until = std::chrono::steady_clock::now() + within;;) {
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
 
 class RawHttpClient {
  public:

@@ -25,6 +25,7 @@
 #include "test/integration/node_process.h"
 #include "test/integration/raw_socket.h"
 #include "test/integration/test_certificates.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -65,11 +66,11 @@ bool Check(NodeConnection& c) {
 
 // Waits (up to 20 s) until the metric reaches `at_least`; its last value.
 int64_t WaitMetric(const std::string& admin, const std::string& name, int64_t at_least) {
-  int64_t v = AdminMetric(admin, name);
-  for (const auto until = Clock::now() + std::chrono::seconds(20);
-       v < at_least && Clock::now() < until; v = AdminMetric(admin, name)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  int64_t v = 0;
+  testing::WaitUntil([&] {
+    v = AdminMetric(admin, name);
+    return v >= at_least;
+  });
   return v;
 }
 

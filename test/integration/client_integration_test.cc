@@ -13,6 +13,7 @@
 #include "limiter/client/asio.h"
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -117,11 +118,12 @@ TEST_F(Cluster, AKilledNodeDegradesByClassAndItsKeysComeBackWhenItReturns) {
   ASSERT_FALSE(nodes_[2].listen.empty());
   const auto restarted = std::chrono::steady_clock::now();
   Source source = Source::kFallback;
-  while (source == Source::kFallback &&
-         std::chrono::steady_clock::now() - restarted < std::chrono::seconds(30)) {
-    source = client->Decide({"login", KeyOwnedBy(victim, "other-user-")}).source;
-    if (source == Source::kFallback) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::WaitUntil(
+      [&] {
+        source = client->Decide({"login", KeyOwnedBy(victim, "other-user-")}).source;
+        return source != Source::kFallback;
+      },
+      std::chrono::seconds(30));
   EXPECT_EQ(source, Source::kStore);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - restarted);
@@ -141,10 +143,7 @@ TEST_F(Cluster, AStaleMemberListIsCorrectedByWrongOwner) {
   EXPECT_GE(client->counters().wrong_owner, 1u);
   // Once the nodes' newer list is adopted (its ring is built off the I/O thread), the third
   // node's keys go straight to it.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (client->counters().rings_adopted == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  testing::WaitUntil([&] { return client->counters().rings_adopted > 0; });
   EXPECT_EQ(client->counters().rings_adopted, 1u);
   const uint64_t wrong = client->counters().wrong_owner;
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(client->Decide({"login", key}).allowed);

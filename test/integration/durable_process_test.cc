@@ -24,6 +24,7 @@
 #include "common/subprocess.h"
 #include "test/integration/node_process.h"
 #include "test/support/build_paths.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -214,14 +215,16 @@ TEST_F(DurableFullDiskProcess, DurableChecksFailWithStoreErrorAndComeBackWithout
 
   // Space again: CHECKs succeed without a restart (polled, bounded).
   std::filesystem::remove(filler);
-  bool served = false;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!served && std::chrono::steady_clock::now() < give_up) {
-    const CheckOutcome o = CtlCheck(node_.listen, "quota", "after", 5);
-    ASSERT_NE(o.status, -1) << o.error;
-    served = o.status == 0 && o.json["allowed"] == 5;
-    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  bool ran = true;  // limiterctl ran at every try
+  const bool served = testing::WaitUntil(
+      [&] {
+        const CheckOutcome o = CtlCheck(node_.listen, "quota", "after", 5);
+        ran = o.status != -1;
+        EXPECT_TRUE(ran) << o.error;
+        return !ran || (o.status == 0 && o.json["allowed"] == 5);
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(50));
+  ASSERT_TRUE(ran);
   EXPECT_TRUE(served) << "durable CHECKs still fail 60 s after space came back";
   stats = Ctl("stats --server " + node_.listen, 30'000);
   ASSERT_EQ(stats.status, 0) << stats.error;

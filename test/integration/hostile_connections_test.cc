@@ -22,6 +22,7 @@
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/integration/raw_socket.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -61,11 +62,12 @@ std::unique_ptr<NodeConnection> ConnectNode(const std::string& address) {
 // A CHECK on a new connection is served; retried for up to 20 s, since what the node frees
 // (descriptors, connection slots) it frees once it has read the peers' closes.
 bool ServedAgain(const std::string& address) {
-  for (const auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until;) {
-    if (auto c = ConnectNode(address); c && Check(*c)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return testing::WaitUntil(
+      [&] {
+        auto c = ConnectNode(address);
+        return c && Check(*c);
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
 }
 
 TEST(HostileConnections, ATrickledFrameIsClosedAtTheFrameTimeoutWhileOthersAreServed) {
@@ -181,14 +183,23 @@ TEST(HostileConnections, TenThousandIdleOrHalfOpenConnectionsCostUnder64MiB) {
     }
     sockets.push_back(std::move(s));
   }
-  for (const auto until = Clock::now() + std::chrono::seconds(60);
-       AdminMetric(node.admin, "limiter_connections_open") < kConnections && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  testing::WaitUntil(
+      [&] { return AdminMetric(node.admin, "limiter_connections_open") >= kConnections; },
+      std::chrono::seconds(60), std::chrono::milliseconds(100));
   ASSERT_EQ(AdminMetric(node.admin, "limiter_connections_open"), kConnections);
-  // Not for correctness: a moment for the node to read the bytes sent, so that their
-  // buffers are in the figure.
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // The node reads the bytes sent, and their buffers belong in the figure: it is taken once
+  // the node's memory has stopped growing (two readings 250 ms apart within 64 KiB of the
+  // one before).
+  int64_t last = -(64 << 10);  // no reading yet
+  int settled = 0;
+  testing::WaitUntil(
+      [&] {
+        const int64_t now = ResidentBytes(node.process->pid());
+        settled = now - last < (64 << 10) ? settled + 1 : 0;
+        last = now;
+        return settled >= 2;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(250));
   auto probe = ConnectNode(node.listen);
   ASSERT_TRUE(probe);
   EXPECT_TRUE(Check(*probe));
@@ -215,10 +226,7 @@ TEST(HostileConnections, OutOfDescriptorsTheNodeBacksOffAndRecovers) {
   // node sees is checked by UBSan, which needs a pipe to do so: out of descriptors, that
   // check would abort the node. Once seen, it is not checked again.
   ASSERT_TRUE(ServedAgain(node.listen));
-  for (const auto until = Clock::now() + std::chrono::seconds(20);
-       AdminMetric(node.admin, "limiter_connections_open") != 0 && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::WaitUntil([&] { return AdminMetric(node.admin, "limiter_connections_open") == 0; });
   {
     std::vector<Socket> sockets;  // more than the node has descriptors for
     for (int i = 0; i < 100; ++i) {

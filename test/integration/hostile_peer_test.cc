@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "protocol/node_connection.h"
@@ -13,6 +17,7 @@
 #include "protocol/frame_codec.h"
 #include "protocol/wire.h"
 #include "test/integration/node_process.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -36,10 +41,27 @@ class HostilePeer : public ::testing::Test {
  protected:
   void SetUp() override {
     secret_file_ = WriteTempFile("hostile_secret", kSecret + "\n");
-    node_ = StartNode({"--policies", WriteTempFile("hostile_policies.yaml", kPolicies), "--threads",
-                       "1", "--secret-file", secret_file_, "--secret-reload-ms", "100",
-                       "--hot-split-above", "2000", "--hot-split", "4"});
-    ASSERT_FALSE(node_.listen.empty());
+    log_ = WriteTempFile("hostile_peer_node.log", "");
+    // `sh -c 'exec "$0" "$@" 2>>LOG' limiterd ARGS...`: the same pid, its stderr kept.
+    node_ = testing::Launch(
+        {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
+         WriteTempFile("hostile_policies.yaml", kPolicies), "--threads", "1", "--secret-file",
+         secret_file_, "--secret-reload-ms", "100", "--hot-split-above", "2000", "--hot-split",
+         "4"},
+        {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>'" + log_ + "'"});
+    ASSERT_FALSE(node_.listen.empty()) << NodeLog();
+  }
+  void TearDown() override {
+    node_ = RunningNode{};
+    if (HasFailure()) std::cerr << "----- the node's stderr -----\n" << NodeLog();
+    std::remove(log_.c_str());
+  }
+
+  std::string NodeLog() const {
+    std::ifstream in(log_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
   }
 
   NodeAccess With(const std::string& secret) {
@@ -102,6 +124,7 @@ class HostilePeer : public ::testing::Test {
   }
 
   std::string secret_file_;
+  std::string log_;  // the node's stderr
   RunningNode node_;
   Result<const wire::Reply*> reply_ = Error{"none"};
 };
@@ -143,13 +166,11 @@ TEST_F(HostilePeer, BeforeTheSecretOnlyAHelloSizedFrameIsRead) {
 
 TEST_F(HostilePeer, TheSecretRotatesWithoutARestart) {
   const auto eventually = [&](const std::string& secret, bool accepted) {
-    for (int i = 0; i < 200; ++i) {
-      if (NodeConnection::Connect(node_.listen, 10'000, With(secret)).ok() == accepted) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    return testing::WaitUntil(
+        [&] {
+          return NodeConnection::Connect(node_.listen, 10'000, With(secret)).ok() == accepted;
+        },
+        std::chrono::seconds(20), std::chrono::milliseconds(50));
   };
   EXPECT_FALSE(NodeConnection::Connect(node_.listen, 10'000, With(kNextSecret)).ok());
   // 1. The nodes accept both; 2. clients move to the next; 3. the nodes drop the old one.
@@ -159,9 +180,11 @@ TEST_F(HostilePeer, TheSecretRotatesWithoutARestart) {
   WriteTempFile("hostile_secret", kNextSecret + "\n");
   EXPECT_TRUE(eventually(kSecret, false));
   EXPECT_TRUE(NodeConnection::Connect(node_.listen, 10'000, With(kNextSecret)).ok());
-  // A file that turns bad keeps the last good secret.
+  // A file that turns bad keeps the last good secret, once the node has read it.
   WriteTempFile("hostile_secret", "short\n");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return NodeLog().find("the secret is 5 bytes") != std::string::npos;
+  })) << "the node never read the bad file";
   EXPECT_TRUE(NodeConnection::Connect(node_.listen, 10'000, With(kNextSecret)).ok());
 }
 
@@ -267,18 +290,22 @@ TEST_F(HostilePeer, ForgedSubBucketOpsAreRefusedOnSplitAndNeverSplitKeys) {
   }
   // Make "blazing" hot until its owner splits it (the node ticks once a second).
   uint32_t epoch = 0;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (epoch == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string failed;  // why a frame of the load did not go or come back
+  testing::WaitUntil([&] {
     for (int i = 0; i < 500; ++i) b.Check(static_cast<uint64_t>(i), "hot", "blazing");
-    ASSERT_TRUE(c->Send(b.Finish()).ok());
+    const Status sent = c->Send(b.Finish());
     b.Clear();
-    Result<const wire::Reply*> r = c->Receive();
-    ASSERT_TRUE(r.ok()) << r.error();
+    Result<const wire::Reply*> r = sent.ok() ? c->Receive() : Result<const wire::Reply*>(sent);
+    if (!r.ok()) {
+      failed = r.error();
+      return true;
+    }
     for (const wire::OpReply* op : *(*r)->ops()) {
       if (op->status() == wire::Status::Split) epoch = op->split_epoch();
     }
-  }
+    return epoch != 0;
+  });
+  ASSERT_EQ(failed, "");
   ASSERT_NE(epoch, 0u) << "the key was never split";
   // Its real split opens its sub-buckets; any other epoch or k does not: it gets the real
   // split instead (as any op on the key would), nothing charged.

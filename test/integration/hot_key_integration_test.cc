@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"
 #include "test/support/ctl_runner.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -99,25 +101,33 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   for (int t = 0; t < 3; ++t) load.emplace_back(offer, hot, &hot_rate, 0);  // 3 x 1000/s
   for (int k = 0; k < 10; ++k) load.emplace_back(offer, "cold" + std::to_string(k), nullptr, 100);
 
-  // Within 10 s the key is split, listed first, and served from at least two nodes.
+  // The key is split, listed first, and served from at least two nodes (each look a
+  // `limiterctl hotkeys`, half a second apart).
   nlohmann::json top;
   bool split = false, first = false;
   std::set<std::string> sub_nodes;
-  for (int i = 0; i < 20 && (!split || sub_nodes.size() < 2 || !first); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const testing::CtlOutcome o =
-        testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
-    ASSERT_EQ(o.status, 0) << o.err;
-    top = nlohmann::json::parse(o.out);
-    for (const auto& row : top["hot_keys"]) {
-      const std::string key = row["key"];
-      if (key == hot && row["split_k"] == 4) split = true;
-      if (key.rfind(hot + "#", 0) == 0 && row["rate"].get<int64_t>() > 0) {  // "hot#i"
-        sub_nodes.insert(row["node"]);
-      }
-    }
-    first = !top["hot_keys"].empty() && top["hot_keys"][0]["key"] == hot;
-  }
+  std::string ctl_error;  // limiterctl failed
+  testing::WaitUntil(
+      [&] {
+        const testing::CtlOutcome o =
+            testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
+        if (o.status != 0) {
+          ctl_error = o.err;
+          return true;
+        }
+        top = nlohmann::json::parse(o.out);
+        for (const auto& row : top["hot_keys"]) {
+          const std::string key = row["key"];
+          if (key == hot && row["split_k"] == 4) split = true;
+          if (key.rfind(hot + "#", 0) == 0 && row["rate"].get<int64_t>() > 0) {  // "hot#i"
+            sub_nodes.insert(row["node"]);
+          }
+        }
+        first = !top["hot_keys"].empty() && top["hot_keys"][0]["key"] == hot;
+        return split && sub_nodes.size() >= 2 && first;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500));
+  ASSERT_EQ(ctl_error, "");
   ASSERT_TRUE(split) << top.dump();
   EXPECT_GE(sub_nodes.size(), 2u) << top.dump();
   ASSERT_FALSE(top["hot_keys"].empty());
@@ -127,23 +137,36 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   // Cool down: the key merges back (no split left for it).
   hot_rate = 17;  // 3 threads: 50/s in all
   bool merged = false;
-  for (int i = 0; i < 40 && !merged; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const testing::CtlOutcome o =
-        testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
-    ASSERT_EQ(o.status, 0) << o.err;
-    merged = true;
-    const nlohmann::json now = nlohmann::json::parse(o.out);
-    for (const auto& row : now["hot_keys"]) {
-      if (row["key"] == hot && row["split_k"] != 0) merged = false;
-    }
-  }
+  testing::WaitUntil(
+      [&] {
+        const testing::CtlOutcome o =
+            testing::RunCtl({"hotkeys", "--cluster", members, "--once", "--json"});
+        if (o.status != 0) {
+          ctl_error = o.err;
+          return true;
+        }
+        merged = true;
+        const nlohmann::json now = nlohmann::json::parse(o.out);
+        for (const auto& row : now["hot_keys"]) {
+          if (row["key"] == hot && row["split_k"] != 0) merged = false;
+        }
+        return merged;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500));
+  ASSERT_EQ(ctl_error, "");
   EXPECT_TRUE(merged);
   RecordProperty("split_and_merge_ms",
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     Clock::now() - start)
                                     .count()));
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // some traffic after the reopening
+  // Some traffic after the reopening: a second's worth of the hot key's admissions (50/s).
+  const int64_t merged_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(hot_admitted.begin(), hot_admitted.end(),
+                         [&](int64_t ms) { return ms >= merged_ms; }) >= 50;
+  })) << "the key admitted little after it merged back";
   stop = true;
   for (auto& t : load) t.join();
 
@@ -245,12 +268,9 @@ TEST_P(SplitUnderLoad, NoErrorNoDenialWhileItSplitsMergesAndSplitsAgain) {
   EXPECT_GE(hot["split"]["redirects"].get<int64_t>(), 1) << "the key was never split";
   // Light load: this gateway finds the key split; the owner merges it back meanwhile.
   check("cooling", "500", "60");
-  bool merged = splits() == 0;
-  for (int i = 0; i < 40 && !merged; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    merged = splits() == 0;
-  }
-  EXPECT_TRUE(merged) << "the key did not merge back";
+  EXPECT_TRUE(testing::WaitUntil([&] { return splits() == 0; }, std::chrono::seconds(60),
+                                 std::chrono::milliseconds(250)))
+      << "the key did not merge back";
   // Hot again: split in a new epoch, reopened drained before that.
   const nlohmann::json again = check("hot_again", "20000", "5000");
   EXPECT_GE(again["split"]["redirects"].get<int64_t>(), 1) << "the key was not split again";

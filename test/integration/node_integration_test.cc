@@ -15,6 +15,7 @@
 #include "protocol/wire.h"
 #include "test/integration/node_process.h"
 #include "test/support/build_paths.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -242,9 +243,7 @@ TEST_F(NodeIntegration, FramingErrorsCloseThatConnectionOnly) {
   EXPECT_EQ(Stat("bad_frames_too_large"), 3);
   EXPECT_EQ(Stat("bad_frames_empty"), 1);
   // The truncated frame is counted once the node has read the close.
-  for (int i = 0; i < 100 && Stat("bad_frames_truncated") < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::WaitUntil([&] { return Stat("bad_frames_truncated") >= 1; });
   EXPECT_EQ(Stat("bad_frames_truncated"), 1);
 }
 

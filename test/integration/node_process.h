@@ -21,6 +21,7 @@
 
 #include "common/subprocess.h"
 #include "test/support/build_paths.h"
+#include "test/support/wait.h"
 
 namespace limiter::testing {
 
@@ -114,11 +115,8 @@ inline bool Ready(const std::string& admin) {
 // Waits (bounded) until a node of a cluster serves every key it owns: it starts waiting for
 // the keys other members may hold for it (the join, server/peers.h), and says so on /readyz.
 inline void WaitReady(const RunningNode& node) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!Ready(node.admin) && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(Ready(node.admin)) << "node " << node.listen << " never became ready";
+  EXPECT_TRUE(WaitUntil([&] { return Ready(node.admin); }, std::chrono::seconds(30)))
+      << "node " << node.listen << " never became ready";
 }
 
 // A standalone node on any free port; add --policies etc.

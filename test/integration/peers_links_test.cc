@@ -20,6 +20,7 @@
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/support/policies.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -38,12 +39,10 @@ constexpr int64_t kIdleMs = 60'000;
 // Waits (up to 20 s) until the node's open connections read `want`; the last reading.
 int64_t AwaitConnections(const RunningNode& node, int64_t want) {
   int64_t open = -1;
-  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-       std::chrono::steady_clock::now() < until;) {
+  testing::WaitUntil([&] {
     open = AdminMetric(node.admin, "limiter_connections_open");
-    if (open == want) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    return open == want;
+  });
   return open;
 }
 
@@ -127,12 +126,10 @@ TEST_F(PeersLinks, LinksDroppedWhileOtherThreadsUseThemLoseNoExchange) {
   EXPECT_LE(peers_->links(), 2u);
   for (const RunningNode* peer : {&b, &c}) {
     int64_t open = -1;
-    for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-         std::chrono::steady_clock::now() < until;) {
+    testing::WaitUntil([&] {
       open = AdminMetric(peer->admin, "limiter_connections_open");
-      if (open >= 0 && open <= 1) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+      return open >= 0 && open <= 1;
+    });
     EXPECT_GE(open, 0) << peer->listen;
     EXPECT_LE(open, 1) << peer->listen << " keeps connections of dropped links";
     // How often its link was dropped and made again (which drops happen is the threads' race).

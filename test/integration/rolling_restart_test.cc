@@ -35,6 +35,7 @@
 #include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -91,7 +92,8 @@ struct KeyRecord {
 // (4x its rate). Each key is driven by one thread only, so its records need no lock.
 class Load {
  public:
-  Load(client::Client& c, const std::vector<std::string>& keys) : client_(c) {
+  Load(client::Client& c, const std::vector<std::string>& keys)
+      : client_(c), denied_at_us_(keys.size()) {
     for (const std::string& k : keys) {
       records_.emplace_back();
       records_.back().key = k;
@@ -108,6 +110,12 @@ class Load {
     threads_.clear();
   }
   const std::vector<KeyRecord>& records() const { return records_; }
+  // Whether every key has been denied by a node for a request begun at `us` or later: its
+  // bucket was empty after then, so whatever a change before gave it has been spent.
+  bool EachDrainedSince(int64_t us) const {
+    return std::all_of(denied_at_us_.begin(), denied_at_us_.end(),
+                       [us](const std::atomic<int64_t>& at) { return at.load() >= us; });
+  }
 
  private:
   void Run(int t) {
@@ -132,6 +140,8 @@ class Load {
       if (d.allowed) {
         k.admitted.push_back({start, end, 1});
         if (d.source == Source::kFallback) ++k.allowed_in_fallback;
+      } else if (d.source == Source::kStore) {
+        denied_at_us_[static_cast<size_t>(&k - records_.data())].store(start);
       }
       if (!d.error.empty()) ++errors_;
     }
@@ -139,6 +149,7 @@ class Load {
 
   client::Client& client_;
   std::vector<KeyRecord> records_;
+  std::vector<std::atomic<int64_t>> denied_at_us_;  // per key, NowUs; 0: never
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
 
@@ -202,14 +213,18 @@ class RollingRestart : public ::testing::Test {
     m.node = testing::Launch(args, {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>'" + log + "'"});
     ASSERT_FALSE(m.node.listen.empty()) << m.name << " did not start:\n" << ReadAll(log);
     ASSERT_EQ(m.node.listen, m.address);
-    const auto give_up = std::chrono::steady_clock::now() + 30s;
     int status = -1;
-    while (!AdminGet(m.node.admin, "/readyz", &status)) {
-      ASSERT_LT(std::chrono::steady_clock::now(), give_up)
-          << m.name << " never became ready (last /readyz status " << status << "):\n"
-          << ReadAll(log);
-      std::this_thread::sleep_for(20ms);
-    }
+    ASSERT_TRUE(testing::WaitUntil(
+        [&] { return AdminGet(m.node.admin, "/readyz", &status).has_value(); }, 30s))
+        << m.name << " never became ready (last /readyz status " << status << "):\n"
+        << ReadAll(log);
+  }
+
+  // Waits until every key's bucket has drained since `us` (a change, or the load's start):
+  // what the change may have given a key has been spent and is in its record.
+  void WaitDrained(int64_t us, const std::string& since) {
+    EXPECT_TRUE(testing::WaitUntil([&] { return load_->EachDrainedSince(us); }, 60s))
+        << "some key was never denied by its owner after " << since;
   }
 
   // Stops `m` (SIGTERM: it leaves, handing its keys over, unless hand-off is off; SIGKILL: a
@@ -233,10 +248,11 @@ class RollingRestart : public ::testing::Test {
     const int64_t stopped = NowUs();
     StartMember(m, member_list);
     if (HasFatalFailure()) return;
+    const int64_t ready = NowUs();
     std::printf("  %s: %s, exited in %.2f s; started again, ready in %.2f s\n", m.name.c_str(),
                 how == Stop::kTerm ? "SIGTERM" : "SIGKILL", Seconds(stopped - t0),
-                Seconds(NowUs() - stopped));
-    std::this_thread::sleep_for(1500ms);
+                Seconds(ready - stopped));
+    WaitDrained(ready, m.name + "'s restart");
   }
 
   // Starts the first `nodes` members (3 or 4), each listing them all, and the load.
@@ -269,7 +285,7 @@ class RollingRestart : public ::testing::Test {
     load_ = std::make_unique<Load>(*client_, keys_);
     load_started_us_ = NowUs();
     load_->Start();
-    std::this_thread::sleep_for(2s);  // warm-up: every key's bucket drained
+    WaitDrained(load_started_us_, "the load began");  // warm-up: every key's bucket drained
   }
 
   struct Figures {
@@ -416,16 +432,18 @@ TEST_F(RollingRestart, SigtermHandsKeysOverSoNoRestartAddsABurst) {
   {
     const int64_t a = NowUs();
     ASSERT_NO_FATAL_FAILURE(StartMember(members_[3], all_four_));
-    std::printf("  node4: added, ready in %.2f s\n", Seconds(NowUs() - a));
-    std::this_thread::sleep_for(1500ms);
+    const int64_t ready = NowUs();
+    std::printf("  node4: added, ready in %.2f s\n", Seconds(ready - a));
+    WaitDrained(ready, "node4 was added");
   }
   // Remove node1: SIGTERM, not started again.
   {
     const int64_t r = NowUs();
     ASSERT_NO_FATAL_FAILURE(StopMember(members_[0], Stop::kTerm));
-    std::printf("  node1: removed (SIGTERM), exited in %.2f s\n", Seconds(NowUs() - r));
+    const int64_t gone = NowUs();
+    std::printf("  node1: removed (SIGTERM), exited in %.2f s\n", Seconds(gone - r));
+    WaitDrained(gone, "node1 was removed");
   }
-  std::this_thread::sleep_for(2s);
   PrintHandoff();
   // The hand-off's promise is B + L*t/W exactly: the checker's own slack (the 1 ms of the
   // nodes' clocks, the request's span) is all that is allowed.
@@ -460,7 +478,6 @@ void RollingRestart::RunWithoutHandoff(Stop how, const char* label, const char* 
   const int64_t t0 = NowUs();
   ASSERT_NO_FATAL_FAILURE(StartClusterAndLoad());
   ASSERT_NO_FATAL_FAILURE(RestartEach(how));
-  std::this_thread::sleep_for(2s);
   PrintHandoff();
   constexpr int kRestarts = 3;
   const Figures f = StopLoadAndCheck(kBurst * kRestarts);
@@ -492,8 +509,16 @@ TEST_F(RollingRestart, TwoNodesLeavingAtOnceBothLeaveAndTheRestServeTheirKeys) {
     EXPECT_EQ(*status, 0) << members_[i].name;
     members_[i].node = RunningNode{};
   }
-  std::printf("  node1, node2: SIGTERM at once, both exited in %.2f s\n", Seconds(NowUs() - t0));
-  std::this_thread::sleep_for(2s);
+  const int64_t gone = NowUs();
+  std::printf("  node1, node2: SIGTERM at once, both exited in %.2f s\n", Seconds(gone - t0));
+  // The two left adopt the list without both leavers, and wait for no key any more.
+  const auto settled = [&](const Member& m) {
+    const std::optional<std::string> page = AdminGet(m.node.admin, "/metrics");
+    return page && MetricSum(*page, "limiter_membership_members") == 2 &&
+           MetricSum(*page, "limiter_handoff_waiting_slots") == 0;
+  };
+  testing::WaitUntil([&] { return settled(members_[2]) && settled(members_[3]); }, 60s);
+  WaitDrained(gone, "node1 and node2 left");
   PrintHandoff();
   for (int i = 2; i < 4; ++i) {
     const std::optional<std::string> page = AdminGet(members_[i].node.admin, "/metrics");

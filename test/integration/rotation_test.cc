@@ -17,6 +17,7 @@
 #include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -91,12 +92,10 @@ class RotationThenRollingRestart : public ::testing::Test {
   void Settle(const std::string& accepted, const std::string& peer_accepted,
               const std::string& refused) {
     for (const std::string& a : addresses_) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while ((!Opens(a, accepted, false) || !Opens(a, peer_accepted, true) ||
-              (!refused.empty() && Opens(a, refused, false))) &&
-             std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+      testing::WaitUntil([&] {
+        return Opens(a, accepted, false) && Opens(a, peer_accepted, true) &&
+               (refused.empty() || !Opens(a, refused, false));
+      });
       EXPECT_TRUE(Opens(a, accepted, false)) << a;
       EXPECT_TRUE(Opens(a, peer_accepted, true)) << a;
       if (!refused.empty()) {

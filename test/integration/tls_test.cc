@@ -26,6 +26,7 @@
 #include "test/integration/node_process.h"
 #include "test/integration/test_certificates.h"
 #include "test/support/ctl_runner.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -130,10 +131,10 @@ TEST_F(Tls, RefusedHandshakesAreCounted) {
   EXPECT_FALSE(Try("ca", "intruder").empty());
   // The node may see the first failure only once the client has gone: wait for both.
   int64_t failures = 0;
-  for (int i = 0; i < 200 && failures < 2; ++i) {
+  testing::WaitUntil([&] {
     failures = Metric("limiter_tls_handshake_failures_total");
-    if (failures < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    return failures >= 2;
+  });
   EXPECT_EQ(failures, 2);
 }
 
@@ -210,10 +211,8 @@ TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
   // slot, so the next connection to begin one is closed.
   const int stalled = ConnectAndSend(slow.listen, std::string(1, '\x16'));
   ASSERT_GE(stalled, 0);
-  for (int i = 0; i < 500 && AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress") < 1;
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  testing::WaitUntil(
+      [&] { return AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress") >= 1; });
   ASSERT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_in_progress"), 1);
   EXPECT_TRUE(ClosedByTheNode(ConnectAndSend(slow.listen, std::string(1, '\x16'))));
   EXPECT_EQ(AdminMetric(slow.admin, "limiter_tls_handshakes_refused_total"), 1);

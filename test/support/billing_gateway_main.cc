@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "limiter/client/client.h"
+#include "test/support/wait.h"
 
 int main(int argc, char** argv) {
   namespace client = limiter::client;
@@ -82,12 +83,13 @@ int main(int argc, char** argv) {
   if (!until_paid) {
     for (;;) ::pause();  // until killed
   }
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  client::Counters counters = c->counters();
-  while (counters.billing_debts > 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    counters = c->counters();
-  }
+  client::Counters counters;
+  limiter::testing::WaitUntil(
+      [&] {
+        counters = c->counters();
+        return counters.billing_debts == 0;
+      },
+      std::chrono::seconds(60));
   std::printf("paid %llu dropped %llu\n",
               static_cast<unsigned long long>(counters.billing_debt_units_paid),
               static_cast<unsigned long long>(counters.billing_debt_units_dropped));

@@ -30,6 +30,7 @@
 #include "test/sim/sim_cluster.h"
 #include "test/support/node_harness.h"
 #include "test/support/policies.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
@@ -542,12 +543,9 @@ TEST_F(Debts, AFileOverItsBoundIsRewrittenInTheBackground) {
   }
   // The file went over 4096 bytes: rewritten, once or more, until it is under (polled,
   // bounded; the thread looks every millisecond).
-  auto done = [&] {
+  testing::WaitUntil([&] {
     return Count().billing_journal_rewrites >= 2 && std::filesystem::file_size(path) <= 4096;
-  };
-  for (int i = 0; i < 10'000 && !done(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  });
   EXPECT_GE(Count().billing_journal_rewrites, 2u);
   EXPECT_LE(std::filesystem::file_size(path), 4096u);
   fallbacks_.reset();
@@ -578,10 +576,8 @@ TEST_F(Debts, ChangesFromManyThreadsDuringBackgroundRewritesAreAllKept) {
   threads.emplace_back([&] {
     while (!stop) PayAll(1);
   });
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (Count().billing_journal_rewrites < 3 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  testing::WaitUntil([&] { return Count().billing_journal_rewrites >= 3; },
+                     std::chrono::seconds(20), std::chrono::milliseconds(1));
   stop = true;
   for (std::thread& t : threads) t.join();
   const Counters c = Count();

@@ -23,11 +23,10 @@
 #include "protocol/rules.h"
 #include "server/durable_store.h"
 #include "test/support/policies.h"
+#include "test/support/wait.h"
 
 namespace limiter {
 namespace {
-
-using Steady = std::chrono::steady_clock;
 
 // Runs `f` on its own thread and waits at most `seconds` for it: a call that hangs ends the
 // test binary with a message (after a lazy unmount of `mount_point`) instead of hanging it.
@@ -140,10 +139,7 @@ TEST_F(DurableFullDisk, AFullDiskFailsBatchesWithinABoundAndTheStoreResumesWhenS
 
   // Space again: the store resumes by itself, without a restart (bounded wait, polled).
   std::filesystem::remove(filler);
-  const auto give_up = Steady::now() + std::chrono::seconds(30);
-  while (!store_->Writable().ok() && Steady::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil([&] { return store_->Writable().ok(); }, std::chrono::seconds(30));
   const Status resumed = store_->Writable();
   ASSERT_TRUE(resumed.ok()) << "still failing 30 s after space came back: " << resumed.error();
   EXPECT_FALSE(store_->stats().failing);
