@@ -1,23 +1,24 @@
-// limiterd: the shard node. Wiring only; everything else is in the limiter_server library.
-#include <arpa/inet.h>
+// limiterd: the shard node. Wiring only: the flags parsed and merged into the config, the
+// start-up checks (server/startup.h), the node, its secret watchers and its server; everything
+// else is in the limiter_server library.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <string>
 
-#include "protocol/auth.h"
 #include "common/clock.h"
-#include "protocol/key_id.h"
 #include "common/membership.h"
-#include "common/policy_file.h"
+#include "protocol/auth.h"
 #include "server/config.h"
+#include "server/node.h"
 #include "server/secret_watcher.h"
-#include "server/store.h"
+#include "server/server.h"
+#include "server/startup.h"
 
 namespace {
 
@@ -188,36 +189,6 @@ int main(int argc, char** argv) {
   if (!durability.empty()) config.durable.mode = *limiter::ParseDurabilityMode(durability);
   if (sync_interval_ms > 0) config.durable.interval_ms = sync_interval_ms;
   if (hot_split > 0) config.node.hot.split_k = hot_split;
-  if ((!config.node.members.empty() || !config.server.members_dns.empty()) &&
-      config.node.self.empty()) {
-    std::cerr << "limiterd: a node in a cluster needs --self HOST:PORT (its own member entry)\n";
-    return 1;
-  }
-  if (!config.node.members.empty() &&
-      std::find(config.node.members.begin(), config.node.members.end(), config.node.self) ==
-          config.node.members.end()) {
-    std::cerr << "limiterd: --self " << config.node.self << " is not in the member list\n";
-    return 1;
-  }
-  if (config.policies_path.empty()) {
-    std::cerr << "limiterd: no policy file: give --policies FILE or policies: in --config\n";
-    return 1;
-  }
-  limiter::Result<limiter::PolicySet> policy_set = limiter::LoadPolicyFile(config.policies_path);
-  if (!policy_set) {
-    std::cerr << "limiterd: " << policy_set.error() << '\n';
-    return 1;
-  }
-
-  RaiseDescriptorLimit();
-  if (auto plan = limiter::Store::PlanBudgets(*policy_set, config.node.store.max_keys); !plan) {
-    std::cerr << "limiterd: " << plan.error() << '\n';
-    return 1;
-  }
-  if (limiter::Status s = limiter::RegionShares::Check(*policy_set, config.node.regions); !s.ok()) {
-    std::cerr << "limiterd: " << s.error() << '\n';
-    return 1;
-  }
   if (!secret_file.empty()) config.secret_file = secret_file;
   if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
   if (insecure) config.insecure = true;
@@ -229,95 +200,49 @@ int main(int argc, char** argv) {
   if (max_tls_handshakes > 0) config.server.max_tls_handshakes = max_tls_handshakes;
   if (!peer_secret_file.empty()) config.peer_secret_file = peer_secret_file;
   if (!key_seed_file.empty()) config.key_seed_file = key_seed_file;
-  using limiter::auth::SecretKind;
-  limiter::Result<limiter::auth::SecretSource> secret =
-      limiter::auth::FindSecrets(config.secret_file, SecretKind::kGateway);
-  limiter::Result<limiter::auth::SecretSource> peer_secret =
-      secret ? limiter::auth::FindSecrets(config.peer_secret_file, SecretKind::kPeer)
-             : limiter::Result<limiter::auth::SecretSource>(limiter::Error{secret.error()});
-  limiter::Result<limiter::auth::SecretSource> key_seed =
-      peer_secret ? limiter::auth::FindSecrets(config.key_seed_file, SecretKind::kKeySeed)
-                  : limiter::Result<limiter::auth::SecretSource>(
-                        limiter::Error{peer_secret.error()});
-  if (!key_seed) {
-    std::cerr << "limiterd: " << key_seed.error() << '\n';
+
+  limiter::Result<limiter::Startup> startup = limiter::CheckStartup(std::move(config));
+  if (!startup) {
+    std::cerr << "limiterd: " << startup.error() << '\n';
     return 1;
   }
-  if (limiter::Status s = limiter::CheckCredentials(config, secret->secrets, peer_secret->secrets);
-      !s.ok()) {
-    std::cerr << "limiterd: " << s.error() << '\n';
-    return 1;
+  for (const std::string& warning : startup->warnings) {
+    std::cerr << "limiterd: " << warning << '\n';
   }
-  config.node.secrets = secret->secrets;
-  config.node.peer_secrets = peer_secret->secrets;
-  config.node.peer_tls = !config.server.tls.peer_ca_file.empty();
-  // Every node of the cluster makes the same key id for a key (key_id.h), so that a node can
-  // hand a key's state to another by id and find its durable records after a restart: the
-  // seed comes from the key-id seed, a value of its own that never rotates. A node given none
-  // derives it from its first gateway secret, as before there was one: rotating that secret
-  // then changes the seed at the next restart (README "Rotation"), so say so.
-  std::string_view seed_value;
-  if (!key_seed->secrets.empty()) {
-    seed_value = key_seed->secrets.values.front();
-  } else if (!secret->secrets.empty()) {
-    seed_value = secret->secrets.values.front();
-    std::fprintf(stderr,
-                 "limiterd: no key-id seed (--key-seed-file, key_seed_file:, "
-                 "$LIMITER_KEY_SEED_FILE): it is derived from the first gateway secret, so "
-                 "rotating that secret will change every key id at the next restart; put the "
-                 "current first secret into a key-seed file before you rotate\n");
-  }
-  limiter::SetKeyIdSeed(limiter::auth::KeyIdSeedOf(seed_value));
-  const bool in_cluster = !config.node.members.empty() || !config.server.members_dns.empty();
-  config.node.join_gate = in_cluster && config.node.handoff_deadline_ms > 0;
-  if (secret->secrets.empty() && config.server.tls.ca_file.empty() && !config.insecure) {
-    // Protected mode: a node that authenticates no gateway (no gateway secret, no client
-    // certificates) lets every peer spend any key's allowance, so it stays on loopback.
-    const std::optional<limiter::HostPort> hp = limiter::ParseHostPort(config.server.listen);
-    in_addr v4{};
-    in6_addr v6{};
-    const bool loopback =
-        hp && (hp->host == "localhost" ||
-               (::inet_pton(AF_INET, hp->host.c_str(), &v4) == 1 &&
-                (ntohl(v4.s_addr) >> 24) == 127) ||
-               (::inet_pton(AF_INET6, hp->host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6)));
-    if (!loopback) {
-      std::cerr << "limiterd: listening on " << config.server.listen
-                << " without a cluster secret would trust every peer that reaches it; give "
-                   "--secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), client "
-                   "certificates (--tls-client-ca), or --insecure\n";
-      return 1;
-    }
-  }
+  RaiseDescriptorLimit();
   limiter::SteadyClock clock;
-  // After the key-id seed: records are kept by key id.
   limiter::Result<std::unique_ptr<limiter::DurableStore>> durable =
-      limiter::OpenDurableStore(*policy_set, clock, config.durable);
+      limiter::OpenNodeStore(*startup, clock);
   if (!durable) {
     std::cerr << "limiterd: " << durable.error() << '\n';
     return 1;
   }
-  limiter::Node node(*policy_set, clock, config.node, std::move(durable).value());
+  const limiter::NodeConfig& ready = startup->config;
+  const limiter::PolicySet& policy_set = startup->policies;
+  limiter::Node node(policy_set, clock, ready.node, std::move(durable).value());
+  using limiter::auth::SecretKind;
   std::unique_ptr<limiter::SecretWatcher> watcher, peer_watcher;
-  if (!secret->file.empty()) {
+  const limiter::auth::SecretSource& secret = startup->secret;
+  const limiter::auth::SecretSource& peer_secret = startup->peer_secret;
+  if (!secret.file.empty()) {
     watcher = std::make_unique<limiter::SecretWatcher>(
-        node, secret->file, SecretKind::kGateway, secret->secrets,
-        std::chrono::milliseconds(config.secret_reload_ms));
+        node, secret.file, SecretKind::kGateway, secret.secrets,
+        std::chrono::milliseconds(ready.secret_reload_ms));
   }
-  if (!peer_secret->file.empty()) {
+  if (!peer_secret.file.empty()) {
     peer_watcher = std::make_unique<limiter::SecretWatcher>(
-        node, peer_secret->file, SecretKind::kPeer, peer_secret->secrets,
-        std::chrono::milliseconds(config.secret_reload_ms));
+        node, peer_secret.file, SecretKind::kPeer, peer_secret.secrets,
+        std::chrono::milliseconds(ready.secret_reload_ms));
   }
-  limiter::Server server(node, config.server);
+  limiter::Server server(node, ready.server);
   if (limiter::Status started = server.Start(); !started.ok()) {
     std::cerr << "limiterd: " << started.error() << '\n';
     return 1;
   }
   std::printf("limiterd %s listening on %s admin %s threads %d policies %zu\n",
-              config.node.name.c_str(), server.listen_address().c_str(),
+              ready.node.name.c_str(), server.listen_address().c_str(),
               server.admin_address().empty() ? "-" : server.admin_address().c_str(),
-              server.threads(), policy_set->policies().size());
+              server.threads(), policy_set.policies().size());
   std::fflush(stdout);
   server.Run();
   // Before the server's workers go: replies waiting for a commit are posted to them.
