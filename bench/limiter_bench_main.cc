@@ -13,7 +13,7 @@
 #include "bench/node_bench.h"
 #include "bench/regions_bench.h"
 #include "protocol/node_access.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 
 int main(int argc, char** argv) {
   // A peer that goes away is an error reply from send(), not a signal.

@@ -18,7 +18,7 @@ void DecideHotKey(benchmark::State& bench) {
   uint64_t i = 0;
   for (auto _ : bench) {
     now += (++i & 7) == 0;
-    Decision d = Algo::Decide(rate, state, now, 1);
+    LimitDecision d = Algo::Decide(rate, state, now, 1);
     benchmark::DoNotOptimize(d);
   }
 }

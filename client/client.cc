@@ -11,7 +11,7 @@
 #include "client/client_core.h"
 #include "client/tcp_transport.h"
 #include "protocol/node_access.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "common/policy_file.h"
 
 namespace limiter::client {

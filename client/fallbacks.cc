@@ -126,7 +126,7 @@ void Fallbacks::LocalLimits(const ResolvedRequest& r, client::Decision d, Done d
           limits_.try_emplace(l.id, LocalLimit{KeyLimiter(l.policy->algorithm), l.rate})
               .first->second.limiter;
       limiters.push_back(&limiter);
-      const Decision peek = limiter.Peek(*l.rate, now_ms, r.cost);
+      const LimitDecision peek = limiter.Peek(*l.rate, now_ms, r.cost);
       if (!peek.allowed && d.allowed) {
         d.allowed = false;
         d.policy = l.policy->name;
@@ -141,7 +141,7 @@ void Fallbacks::LocalLimits(const ResolvedRequest& r, client::Decision d, Done d
     }
     if (d.allowed) {
       for (size_t i = 0; i < limiters.size(); ++i) {
-        const Decision x = limiters[i]->Decide(*locals[i].rate, now_ms, r.cost);
+        const LimitDecision x = limiters[i]->Decide(*locals[i].rate, now_ms, r.cost);
         if (i == 0) {
           d.remaining = x.remaining;
           d.reset = std::chrono::milliseconds(x.reset_after_ms);

@@ -56,7 +56,7 @@ void Drain(const Rate& rate, LeakyBucket::State& s, int64_t now) {
 
 }  // namespace
 
-Decision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   now = std::max(now, s.window_start_ms);
   const int64_t w = rate.window_ms();
   const int64_t start = now - now % w;
@@ -65,7 +65,7 @@ Decision FixedWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t co
     s.count = 0;
   }
   const int64_t until_next = start + w - now;
-  Decision d;
+  LimitDecision d;
   if (cost <= rate.limit() - s.count) {
     s.count += cost;
     d.allowed = true;
@@ -94,13 +94,13 @@ int64_t FixedWindow::Refund(const Rate& rate, State& s, int64_t now, int64_t amo
   return back;
 }
 
-Decision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision SlidingWindow::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   now = std::max(now, s.window_start_ms);
   const int64_t w = rate.window_ms();
   const int64_t limit = rate.limit();
   const int64_t elapsed = now - Roll(s, now, w);
   const int64_t here = FirstFit(s.prev, s.curr, cost, limit, w);
-  Decision d;
+  LimitDecision d;
   if (here <= elapsed) {
     s.curr = static_cast<uint32_t>(s.curr + cost);  // <= L <= kMaxLimit
     d.allowed = true;
@@ -142,10 +142,10 @@ int64_t SlidingWindow::Refund(const Rate& rate, State& s, int64_t now, int64_t a
   return back;
 }
 
-Decision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision TokenBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t cap = rate.capacity_scaled();
   Refill(rate, s, now);
-  Decision d;
+  LimitDecision d;
   if (cost > rate.burst()) {
     d.retry_after_ms = kNever;
   } else if (const int64_t need = cost * rate.window_ms(); s.tokens_scaled >= need) {
@@ -179,7 +179,7 @@ int64_t TokenBucket::Refund(const Rate& rate, State& s, int64_t now, int64_t amo
   return back;
 }
 
-Decision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t limit = rate.limit();
   const int64_t cap = rate.capacity_scaled();
   // The earliest a request can be scheduled: max(TAT, now).
@@ -189,7 +189,7 @@ Decision Gcra::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
     base_ms = now;
     base_frac = 0;
   }
-  Decision d;
+  LimitDecision d;
   if (cost <= rate.burst()) {
     int64_t inc_ms = rate.interval_ms();
     int64_t inc_frac = rate.interval_rem();
@@ -242,10 +242,10 @@ int64_t Gcra::Refund(const Rate& rate, State& s, int64_t now, int64_t amount, in
   return back;
 }
 
-Decision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision LeakyBucket::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   const int64_t cap = rate.capacity_scaled();
   Drain(rate, s, now);
-  Decision d;
+  LimitDecision d;
   if (cost > rate.burst()) {
     d.retry_after_ms = kNever;
   } else if (const int64_t add = cost * rate.window_ms(); s.level_scaled + add <= cap) {

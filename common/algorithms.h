@@ -30,7 +30,7 @@
 
 #include <cstdint>
 
-#include "common/decision.h"
+#include "common/limit_decision.h"
 #include "common/rate.h"
 
 namespace limiter {
@@ -41,7 +41,7 @@ struct FixedWindow {
     int64_t window_start_ms = 0;
     int64_t count = 0;
   };
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
@@ -58,7 +58,7 @@ struct SlidingWindow {
     uint32_t curr = 0;
     uint32_t prev = 0;
   };
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
@@ -72,7 +72,7 @@ struct TokenBucket {
     int64_t tokens_scaled = 0;  // tokens * W
     int64_t last_ms = kFresh;   // kFresh: never used, so full
   };
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
@@ -87,7 +87,7 @@ struct Gcra {
     int64_t tat_ms = 0;
     int64_t tat_frac = 0;  // in [0, L)
   };
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,
@@ -100,7 +100,7 @@ struct LeakyBucket {
     int64_t level_scaled = 0;  // level * W
     int64_t last_ms = 0;
   };
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   static bool IsFresh(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t InEffect(const Rate& rate, const State& state, int64_t now_ms);
   static int64_t Refund(const Rate& rate, State& state, int64_t now_ms, int64_t amount,

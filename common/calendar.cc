@@ -6,7 +6,7 @@
 #include <atomic>
 #include <optional>
 
-#include "common/decision.h"
+#include "common/limit_decision.h"
 
 namespace limiter {
 

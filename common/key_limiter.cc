@@ -46,12 +46,12 @@ KeyLimiter::KeyLimiter(Algorithm algorithm) {
   }
 }
 
-Decision KeyLimiter::Decide(const Rate& rate, int64_t now_ms, int64_t cost) {
+LimitDecision KeyLimiter::Decide(const Rate& rate, int64_t now_ms, int64_t cost) {
   return std::visit([&](auto& s) { return Algo<decltype(s)>::Decide(rate, s, now_ms, cost); },
                     state_);
 }
 
-Decision KeyLimiter::Peek(const Rate& rate, int64_t now_ms, int64_t cost) const {
+LimitDecision KeyLimiter::Peek(const Rate& rate, int64_t now_ms, int64_t cost) const {
   return std::visit(
       [&](const auto& s) {
         using A = Algo<decltype(s)>;
@@ -66,7 +66,7 @@ Decision KeyLimiter::Peek(const Rate& rate, int64_t now_ms, int64_t cost) const 
 }
 
 int64_t KeyLimiter::Available(const Rate& rate, int64_t now_ms) const {
-  const Decision d = Peek(rate, now_ms, 1);
+  const LimitDecision d = Peek(rate, now_ms, 1);
   return d.allowed ? d.remaining + 1 : 0;
 }
 

@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 #include "common/algorithms.h"
 #include "common/sliding_log.h"
 
@@ -39,9 +39,9 @@ class KeyLimiter {
   State& state() { return state_; }
   const State& state() const { return state_; }
 
-  Decision Decide(const Rate& rate, int64_t now_ms, int64_t cost);
+  LimitDecision Decide(const Rate& rate, int64_t now_ms, int64_t cost);
   // What Decide would answer, changing nothing.
-  Decision Peek(const Rate& rate, int64_t now_ms, int64_t cost) const;
+  LimitDecision Peek(const Rate& rate, int64_t now_ms, int64_t cost) const;
   // The most cost that would be admitted now (0 if none).
   int64_t Available(const Rate& rate, int64_t now_ms) const;
   bool IsFresh(const Rate& rate, int64_t now_ms) const;

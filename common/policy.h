@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 #include "common/rate.h"
 
 namespace limiter {

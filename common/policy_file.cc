@@ -8,7 +8,7 @@
 #include "common/duration.h"
 #include "common/key_limiter.h"
 #include "common/read_file.h"
-#include "common/region_share.h"
+#include "common/share_allocation.h"
 #include "common/yaml_reader.h"
 
 namespace limiter {

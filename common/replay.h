@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 #include "common/rate.h"
 #include "common/trace.h"
 

@@ -61,9 +61,9 @@ int64_t RetryAfter(const Rate& rate, const SlidingLog::State& s, size_t first, i
 }
 
 // The answer when `cost` is not admitted.
-Decision Denial(const Rate& rate, const SlidingLog::State& s, size_t first, int64_t total,
+LimitDecision Denial(const Rate& rate, const SlidingLog::State& s, size_t first, int64_t total,
                 int64_t now, int64_t cost) {
-  Decision d;
+  LimitDecision d;
   d.retry_after_ms = cost > rate.limit() ? kNever : RetryAfter(rate, s, first, total, now, cost);
   d.remaining = rate.limit() - total;
   d.reset_after_ms = first == s.entries.size() ? 0 : s.entries.back().t_ms + rate.window_ms() - now;
@@ -71,8 +71,8 @@ Decision Denial(const Rate& rate, const SlidingLog::State& s, size_t first, int6
 }
 
 // The answer when it is: remaining after the charge; the newest entry is now's.
-Decision Admission(const Rate& rate, int64_t total_after) {
-  Decision d;
+LimitDecision Admission(const Rate& rate, int64_t total_after) {
+  LimitDecision d;
   d.allowed = true;
   d.remaining = rate.limit() - total_after;
   d.reset_after_ms = rate.window_ms();
@@ -95,7 +95,7 @@ void SlidingLog::Advance(const Rate& rate, State& s, int64_t now) {
   }
 }
 
-Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
+LimitDecision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cost) {
   Advance(rate, s, now);
   now = s.seen_ms;
   if (cost > rate.limit() - s.total) return Denial(rate, s, 0, s.total, now, cost);
@@ -108,7 +108,7 @@ Decision SlidingLog::Decide(const Rate& rate, State& s, int64_t now, int64_t cos
   return Admission(rate, s.total);
 }
 
-Decision SlidingLog::Peek(const Rate& rate, const State& s, int64_t now, int64_t cost) {
+LimitDecision SlidingLog::Peek(const Rate& rate, const State& s, int64_t now, int64_t cost) {
   now = std::max(now, s.seen_ms);
   size_t first = 0;
   int64_t total = s.total;

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "common/decision.h"
+#include "common/limit_decision.h"
 #include "common/rate.h"
 
 namespace limiter {
@@ -80,9 +80,9 @@ struct SlidingLog {
   // The most entries a log of `rate` can hold: min(L, W).
   static int64_t MaxEntries(const Rate& rate);
 
-  static Decision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Decide(const Rate& rate, State& state, int64_t now_ms, int64_t cost);
   // What Decide would answer, changing nothing (and copying nothing).
-  static Decision Peek(const Rate& rate, const State& state, int64_t now_ms, int64_t cost);
+  static LimitDecision Peek(const Rate& rate, const State& state, int64_t now_ms, int64_t cost);
   // Moves the log to now: drops the entries that left the window, as Decide does first. Changes
   // no later decision; afterwards one Decide adds at most one entry.
   static void Advance(const Rate& rate, State& state, int64_t now_ms);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/decision.h"
+#include "common/limit_decision.h"
 #include "protocol/request_builder.h"
 #include "protocol/sub_bucket.h"
 
@@ -70,7 +70,7 @@ struct OpAnswer {
   int64_t retry_after_ms = 0;
   int denied_by = -1;
   std::string denied_policy;
-  std::vector<Decision> results;  // per limit: the op's, then its ancestors
+  std::vector<LimitDecision> results;  // per limit: the op's, then its ancestors
   int64_t granted = 0;  // LEASE: units granted; RETURN: units given back
   int64_t granted_at_ms = 0;
   int64_t lease_ttl_ms = 0;

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "common/read_file.h"
 #include "common/yaml_reader.h"
 

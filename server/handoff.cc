@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/limits.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/rules.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/calendar.h"
-#include "common/decision.h"
+#include "common/limit_decision.h"
 #include "common/key_limiter.h"
 #include "common/rate.h"
 #include "limiter/status.h"
@@ -46,7 +46,7 @@ struct LimitEntry {
   int64_t cost = 1;
   Slot* slot = nullptr;
   KeyLimiter limiter{Algorithm::kGcra};
-  Decision decision;
+  LimitDecision decision;
   // For lease books: the charge in effect before this op changed the state, and (LEASE)
   // once the grant is charged.
   int64_t in_effect_before = 0;
@@ -57,8 +57,8 @@ struct LimitEntry {
     return calendar ? calendar->ToWallDuration(now, span) : span;
   }
   // The decision as a reply says it: its waits in wall milliseconds.
-  Decision ReplyDecision() const {
-    Decision d = decision;
+  LimitDecision ReplyDecision() const {
+    LimitDecision d = decision;
     d.retry_after_ms = WallSpan(d.retry_after_ms);
     d.reset_after_ms = WallSpan(d.reset_after_ms);
     return d;

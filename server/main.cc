@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/auth.h"
 #include "server/config.h"
 #include "server/node.h"

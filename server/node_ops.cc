@@ -74,7 +74,7 @@ void Node::Check(Worker& w, bool dry_run, int64_t now, OpResult& r) {
   }
   hot_keys_.Record(w.sampler, entries, w.own_limits, !r.reply.allowed);
   for (size_t i = 0; i < entries.size(); ++i) {
-    Decision d = entries[i].ReplyDecision();
+    LimitDecision d = entries[i].ReplyDecision();
     // Nothing was charged: a limit that passed still has its whole remaining.
     if (d.allowed && !charged) d.remaining += entries[i].cost;
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
@@ -110,7 +110,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
       if (grant > 0) e.in_effect = e.limiter.InEffect(e.rate, e.now);  // for its lease book
       if (grant < units) {
         // When the rest of the request could be had: the longest wait over the chain.
-        Decision rest = e.limiter.Peek(e.rate, e.now, units - grant);
+        LimitDecision rest = e.limiter.Peek(e.rate, e.now, units - grant);
         if (rest.retry_after_ms == kNever) rest = e.limiter.Peek(e.rate, e.now, 1);
         r.reply.retry_after_ms = std::max(r.reply.retry_after_ms, e.WallSpan(rest.retry_after_ms));
       }
@@ -137,7 +137,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
   r.reply.lease_ttl_ms = leaf.lease.ttl_ms;
   r.reply.suggested_lease = leaf.LeaseSize();
   for (size_t i = 0; i < entries.size(); ++i) {
-    const Decision d = entries[i].ReplyDecision();
+    const LimitDecision d = entries[i].ReplyDecision();
     w.results.emplace_back(d.remaining, d.retry_after_ms, d.reset_after_ms, d.allowed);
     w.counters.decisions[static_cast<size_t>(entries[i].policy)][d.allowed ? 0 : 1].Add();
     if (!d.allowed && r.reply.denied_by < 0) r.reply.denied_by = static_cast<int>(i);
@@ -166,7 +166,7 @@ void Node::Inspect(Worker& w, int64_t now, OpResult& r) {
   r.inspected = true;
   r.tracked = e.slot != nullptr || !e.limiter.IsFresh(e.rate, e.now);
   e.decision = e.limiter.Peek(e.rate, e.now, 1);
-  const Decision d = e.ReplyDecision();
+  const LimitDecision d = e.ReplyDecision();
   r.reply.allowed = d.allowed;
   r.reply.retry_after_ms = d.retry_after_ms;
   w.results.emplace_back(d.allowed ? d.remaining + 1 : d.remaining, d.retry_after_ms,

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/limits.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/wire.h"
 #include "server/node_internal.h"
 

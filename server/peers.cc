@@ -8,7 +8,7 @@
 
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/wire.h"
 
 namespace limiter {

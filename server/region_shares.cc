@@ -9,7 +9,7 @@
 #include <xxhash.h>
 
 #include "common/limits.h"
-#include "common/region_share.h"
+#include "common/share_allocation.h"
 #include "protocol/wire.h"
 
 namespace limiter {

@@ -14,7 +14,7 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "limiter/status.h"
 #include "protocol/key_id.h"
 #include "server/admin_port.h"

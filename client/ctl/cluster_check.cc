@@ -11,7 +11,7 @@
 
 #include "common/mutex.h"
 #include "client/ctl/commands.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "limiter/client/client.h"
 
 namespace limiter::ctl {

@@ -14,7 +14,7 @@
 
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 

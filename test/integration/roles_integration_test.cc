@@ -17,7 +17,7 @@
 #include "protocol/request_builder.h"
 #include "protocol/auth.h"
 #include "protocol/key_id.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 #include "protocol/state_transfer.h"

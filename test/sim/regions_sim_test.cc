@@ -22,7 +22,7 @@
 #include "protocol/key_id.h"
 #include "common/promise_check.h"
 #include "protocol/rules.h"
-#include "common/region_share.h"
+#include "common/share_allocation.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 #include "test/support/node_harness.h"

@@ -27,7 +27,7 @@ TEST(FixedWindow, CountsFromZeroAndAdmitsTwiceTheLimitAcrossABoundary) {
   EXPECT_EQ(admitted, 10);
   for (int i = 0; i < 15; ++i) admitted += FixedWindow::Decide(rate, s, 1000 + i, 1).allowed;
   EXPECT_EQ(admitted, 20);  // 20 within 115 ms: the fixed window's known weakness
-  const Decision d = FixedWindow::Decide(rate, s, 1500, 1);
+  const LimitDecision d = FixedWindow::Decide(rate, s, 1500, 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_ms, 500);
   EXPECT_EQ(d.reset_after_ms, 500);
@@ -38,7 +38,7 @@ TEST(FixedWindow, WeighsCostAndNeverAdmitsMoreThanTheLimitAtOnce) {
   const Rate rate(10, 1000, 10);
   FixedWindow::State s;
   EXPECT_TRUE(FixedWindow::Decide(rate, s, 0, 7).allowed);
-  Decision d = FixedWindow::Decide(rate, s, 1, 4);
+  LimitDecision d = FixedWindow::Decide(rate, s, 1, 4);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.remaining, 3);
   EXPECT_EQ(d.retry_after_ms, 999);
@@ -52,7 +52,7 @@ TEST(SlidingLog, ForgetsEntriesExactlyOneWindowLater) {
   SlidingLog::State s;
   EXPECT_TRUE(SlidingLog::Decide(rate, s, 0, 1).allowed);
   EXPECT_TRUE(SlidingLog::Decide(rate, s, 10, 2).allowed);
-  Decision d = SlidingLog::Decide(rate, s, 50, 1);
+  LimitDecision d = SlidingLog::Decide(rate, s, 50, 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_ms, 50);  // the entry at 0 leaves the window (t-100, t] at t = 100
   EXPECT_EQ(d.reset_after_ms, 60);
@@ -69,7 +69,7 @@ TEST(SlidingWindow, WeighsThePreviousWindowByItsOverlap) {
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(SlidingWindow::Decide(rate, s, 900 + i, 1).allowed);
   // At 1250 the previous window weighs 10 * 750/1000 = 7.5: three more fit (7.5 + 2 < 10).
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(SlidingWindow::Decide(rate, s, 1250, 1).allowed);
-  const Decision d = SlidingWindow::Decide(rate, s, 1250, 1);
+  const LimitDecision d = SlidingWindow::Decide(rate, s, 1250, 1);
   EXPECT_FALSE(d.allowed);
   // 10*(1000-e) + 3*1000 < 10000 first holds at e = 301, 51 ms later.
   EXPECT_EQ(d.retry_after_ms, 51);
@@ -90,7 +90,7 @@ TEST(TokenBucket, StartsFullAndRefillsContinuously) {
   const Rate rate(10, 1000, 20);
   TokenBucket::State s;
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(TokenBucket::Decide(rate, s, 5000, 1).allowed);
-  Decision d = TokenBucket::Decide(rate, s, 5000, 1);
+  LimitDecision d = TokenBucket::Decide(rate, s, 5000, 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_ms, 100);
   EXPECT_EQ(d.reset_after_ms, 2000);
@@ -104,7 +104,7 @@ TEST(Gcra, SpacesRequestsByTheEmissionInterval) {
   const Rate rate(4, 1000, 1);  // T = 250 ms, no burst tolerance
   Gcra::State s;
   EXPECT_TRUE(Gcra::Decide(rate, s, 1000, 1).allowed);
-  Decision d = Gcra::Decide(rate, s, 1100, 1);
+  LimitDecision d = Gcra::Decide(rate, s, 1100, 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_ms, 150);
   EXPECT_TRUE(Gcra::Decide(rate, s, 1250, 1).allowed);
@@ -115,7 +115,7 @@ TEST(LeakyBucket, DrainsAtTheRate) {
   const Rate rate(2, 1000, 3);
   LeakyBucket::State s;
   EXPECT_TRUE(LeakyBucket::Decide(rate, s, 0, 3).allowed);
-  Decision d = LeakyBucket::Decide(rate, s, 0, 1);
+  LimitDecision d = LeakyBucket::Decide(rate, s, 0, 1);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.retry_after_ms, 500);
   EXPECT_EQ(d.reset_after_ms, 1500);
@@ -153,7 +153,7 @@ TEST(ExactArithmetic, WindowsOfADay) {
     KeyLimiter limiter(a);
     const int64_t start = 3 * day + 17;
     for (int i = 0; i < 7; ++i) ASSERT_TRUE(limiter.Decide(rate, start, 1).allowed);
-    Decision d = limiter.Decide(rate, start, 1);
+    LimitDecision d = limiter.Decide(rate, start, 1);
     ASSERT_FALSE(d.allowed);
     EXPECT_EQ(d.retry_after_ms, 12'342'858);
     EXPECT_EQ(d.reset_after_ms, day);
@@ -220,7 +220,7 @@ TEST_P(Properties, RemainingRetryAfterAndResetAreExact) {
     const RandomCase c = MakeCase(rng);
     KeyLimiter limiter(a);
     for (const Request& r : c.requests) {
-      const Decision d = limiter.Decide(c.rate, r.t, r.cost);
+      const LimitDecision d = limiter.Decide(c.rate, r.t, r.cost);
       if (!d.allowed) {
         ASSERT_GE(d.retry_after_ms, 1);
         if (d.retry_after_ms == kNever) {
@@ -267,8 +267,8 @@ TEST_P(Properties, FreshStatesDecideLikeFreshKeys) {
         swapped = KeyLimiter(a);
         ++fresh_seen;
       }
-      const Decision x = kept.Decide(c.rate, r.t, r.cost);
-      const Decision y = swapped.Decide(c.rate, r.t, r.cost);
+      const LimitDecision x = kept.Decide(c.rate, r.t, r.cost);
+      const LimitDecision y = swapped.Decide(c.rate, r.t, r.cost);
       ASSERT_EQ(x.allowed, y.allowed) << "t=" << r.t;
       ASSERT_EQ(x.remaining, y.remaining) << "t=" << r.t;
       ASSERT_EQ(x.retry_after_ms, y.retry_after_ms) << "t=" << r.t;
@@ -368,9 +368,9 @@ TEST(PropertiesOfPromises, SlidingLogHoldsAtMostMinOfLAndWEntriesAndPeekIsDecide
     SlidingLog::State s;
     std::vector<SlidingLog::Entry> model;  // the same entries in a plain vector
     for (const Request& r : c.requests) {
-      const Decision peeked = SlidingLog::Peek(c.rate, s, r.t, r.cost);
+      const LimitDecision peeked = SlidingLog::Peek(c.rate, s, r.t, r.cost);
       SlidingLog::State copy = s;
-      const Decision d = SlidingLog::Decide(c.rate, copy, r.t, r.cost);
+      const LimitDecision d = SlidingLog::Decide(c.rate, copy, r.t, r.cost);
       ASSERT_EQ(peeked.allowed, d.allowed);
       ASSERT_EQ(peeked.remaining, d.remaining);
       ASSERT_EQ(peeked.retry_after_ms, d.retry_after_ms);
@@ -440,9 +440,9 @@ TEST(PropertiesOfPromises, GcraTokenBucketAndLeakyBucketDecideIdentically) {
     Gcra::State gcra;
     LeakyBucket::State leaky;
     for (const Request& r : c.requests) {
-      const Decision a = TokenBucket::Decide(c.rate, tb, r.t, r.cost);
-      const Decision b = Gcra::Decide(c.rate, gcra, r.t, r.cost);
-      const Decision l = LeakyBucket::Decide(c.rate, leaky, r.t, r.cost);
+      const LimitDecision a = TokenBucket::Decide(c.rate, tb, r.t, r.cost);
+      const LimitDecision b = Gcra::Decide(c.rate, gcra, r.t, r.cost);
+      const LimitDecision l = LeakyBucket::Decide(c.rate, leaky, r.t, r.cost);
       ASSERT_EQ(a.allowed, b.allowed) << "t=" << r.t;
       ASSERT_EQ(a.allowed, l.allowed) << "t=" << r.t;
       ASSERT_EQ(a.remaining, b.remaining);

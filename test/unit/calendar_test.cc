@@ -216,7 +216,7 @@ class CalendarFixedWindow {
   CalendarFixedWindow(std::shared_ptr<const Calendar> calendar, int64_t limit)
       : calendar_(std::move(calendar)), rate_(limit, calendar_->nominal_window_ms(), limit) {}
 
-  Decision Decide(int64_t wall) {
+  LimitDecision Decide(int64_t wall) {
     return FixedWindow::Decide(rate_, state_, calendar_->ToWindowTime(wall), 1);
   }
   const FixedWindow::State& state() const { return state_; }
@@ -248,7 +248,7 @@ TEST(Calendar, FixedWindowResetsExactlyAtTheLocalBoundary) {
     EXPECT_FALSE(limiter.Decide(start - 1).allowed);  // the previous window is full
     EXPECT_TRUE(limiter.Decide(start).allowed);
     EXPECT_TRUE(limiter.Decide(c.inside).allowed);
-    const Decision denied = limiter.Decide(end - 1);
+    const LimitDecision denied = limiter.Decide(end - 1);
     EXPECT_FALSE(denied.allowed);
     EXPECT_EQ(calendar->ToWallDuration(calendar->ToWindowTime(end - 1), denied.retry_after_ms), 1);
     EXPECT_TRUE(limiter.Decide(end).allowed);
@@ -292,7 +292,7 @@ TEST(Calendar, ToWallDurationGivesTheRealWaitToTheBoundary) {
        {std::pair{day, Utc(2026, 3, 29, 5, 17) + 17}, std::pair{month, Utc(2026, 2, 9, 3) + 5}}) {
     SCOPED_TRACE(wall);
     CalendarFixedWindow limiter(calendar, 5);
-    const Decision d = limiter.Decide(wall);
+    const LimitDecision d = limiter.Decide(wall);
     ASSERT_TRUE(d.allowed);
     const int64_t boundary = calendar->WindowOf(wall).second;
     EXPECT_EQ(calendar->ToWallDuration(calendar->ToWindowTime(wall), d.reset_after_ms),

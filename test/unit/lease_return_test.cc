@@ -150,8 +150,8 @@ void ExpectSameFromNowOn(const KeyLimiter& keeper, const KeyLimiter& ref, const 
   for (int64_t later : {int64_t{0}, int64_t{1}, rate.window_ms() / 3, rate.window_ms()}) {
     for (int64_t cost = 1; cost <= rate.burst() + 1;
          cost += std::max<int64_t>(1, rate.burst() / 5)) {
-      const Decision x = keeper.Peek(rate, trace.end + later, cost);
-      const Decision y = ref.Peek(rate, trace.end + later, cost);
+      const LimitDecision x = keeper.Peek(rate, trace.end + later, cost);
+      const LimitDecision y = ref.Peek(rate, trace.end + later, cost);
       ASSERT_EQ(x.allowed, y.allowed) << "cost " << cost << " at t=" << trace.end + later;
       ASSERT_EQ(x.remaining, y.remaining) << "cost " << cost << " at t=" << trace.end + later;
     }

@@ -14,7 +14,7 @@
 #include "protocol/auth.h"
 #include "protocol/frame_codec.h"
 #include "protocol/key_id.h"
-#include "common/membership.h"
+#include "common/member_list.h"
 #include "protocol/rules.h"
 #include "protocol/ring.h"
 #include "protocol/state_transfer.h"

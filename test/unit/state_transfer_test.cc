@@ -58,8 +58,8 @@ TEST_P(ShiftExactly, AMovedStateDecidesLikeTheOneLeftBehind) {
     for (int i = 0; i < 60; ++i) {
       t += static_cast<int64_t>(rng() % 90);
       const int64_t cost = 1 + static_cast<int64_t>(rng() % 3);
-      const Decision a = sender.Decide(rate, t, cost);
-      const Decision b = receiver.Decide(rate, t + receiver_offset, cost);
+      const LimitDecision a = sender.Decide(rate, t, cost);
+      const LimitDecision b = receiver.Decide(rate, t + receiver_offset, cost);
       ASSERT_EQ(a.allowed, b.allowed) << "run " << run << " arrival " << i;
       ASSERT_EQ(a.remaining, b.remaining) << "run " << run << " arrival " << i;
     }

@@ -3,7 +3,7 @@
 
 #include <ostream>
 
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 
 namespace limiter {
 

@@ -1,4 +1,4 @@
-#include "common/region_share.h"
+#include "common/share_allocation.h"
 
 #include <algorithm>
 #include <numeric>

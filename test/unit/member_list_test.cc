@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/membership.h"
+#include "common/member_list.h"
 
 namespace limiter {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/membership.h"
+#include "common/member_list.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,8 +1,8 @@
-// Region shares of a global limit (common/region_share.h): the allocation (worked examples,
+// Region shares of a global limit (common/share_allocation.h): the allocation (worked examples,
 // ties, zero demand, one region, 64 regions, L below the number of regions, exact sums, and a
 // seeded property test of max-min fairness), the share's Rate, and a key's state moved from
 // one share to another.
-#include "common/region_share.h"
+#include "common/share_allocation.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 
 namespace limiter {
 

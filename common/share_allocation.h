@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/algorithm.h"
+#include "common/algorithm_kind.h"
 #include "common/key_limiter.h"
 #include "common/rate.h"
 

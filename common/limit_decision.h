@@ -1,4 +1,5 @@
-// The answer every algorithm gives for one request.
+// LimitDecision: the answer every algorithm gives for one request on one limit (a request's
+// whole answer, over every limit it names, is the gateway's client::Decision).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@ namespace limiter {
 // retry_after_ms for a cost that can never be admitted (it exceeds the limit or burst).
 inline constexpr int64_t kNever = INT64_MAX;
 
-struct Decision {
+struct LimitDecision {
   bool allowed = false;
   // Cost units that would be admitted right now, after this decision was applied.
   int64_t remaining = 0;
