@@ -7,8 +7,9 @@
 #    command on (`…` matches anything), waiting up to EXPECT_SECONDS for output from background
 #    processes. The commands of one page run in one bash, in order, from a copy of the checkout's
 #    top folder whose build/ holds the binaries given below, with those binaries on PATH. Each
-#    page runs in namespaces of its own (network, mount, pid): loopback only, so the docs' fixed
-#    ports are free; a private /tmp; and every process the page started ends with it. A
+#    page runs in namespaces of its own (network, mount, pid, and a /proc of that pid
+#    namespace, which the sanitizers' leak check reads at exit): loopback only, so the docs'
+#    fixed ports are free; a private /tmp; and every process the page started ends with it. A
 #    command that exits non-zero, a line that never appears, or a page that runs past
 #    PAGE_SECONDS fails the check, naming the page, the line and the command.
 # 2. The reference pages name what the binaries have: every flag of `limiterd --help`, every
@@ -229,7 +230,7 @@ ln -s "$bench" "$work/checkout/build/bench/limiter-bench"
 [ -n "$example" ] && ln -s "$example" "$work/checkout/build/examples/gateway_example"
 
 namespaced() {
-  timeout -k 5 "$PAGE_SECONDS" unshare --net --mount --pid --fork --kill-child \
+  timeout -k 5 "$PAGE_SECONDS" unshare --net --mount --pid --fork --mount-proc --kill-child \
     --propagation private bash "$self" "$@"
 }
 
