@@ -17,7 +17,9 @@
 //     of the oldest one (of that source, at the per-source cap) that has not sent a whole
 //     request; it is refused only when every connection in its way has sent one and is being
 //     answered or waits between requests. A probe, which sends its request at once, therefore
-//     gets in however many slow clients hold connections, from its own address too.
+//     gets in however many slow clients hold connections, from its own address too. Until its
+//     request arrives, a connection is one of the slow: if max_connections newer ones come
+//     first (max_per_source from its source), it is closed to make room for them.
 // It decides no access itself: a handler sees the Authorization header (BearerToken) and
 // refuses what needs a credential. Deadlines are the network's real time (asio's steady
 // timers), not a Clock&: time here decides only when a socket is closed, never an answer.

@@ -6,8 +6,10 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -113,6 +115,12 @@ class RawHttpClient {
     return true;
   }
   void ShutdownWrite() const { ::shutdown(fd_, SHUT_WR); }
+  // Whether the port's end has acknowledged every byte sent: it is in the port's socket,
+  // whether or not the port has read it.
+  bool Delivered() const {
+    int unacknowledged = 0;
+    return ::ioctl(fd_, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0;
+  }
 
   // The next response (a 100 Continue too), read within `within`; nullopt when the
   // connection ends first (closed() then says so) or time runs out. `head`: the answer to a
