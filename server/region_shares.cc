@@ -55,6 +55,9 @@ Status RegionShares::Check(const PolicySet& policies, const RegionOptions& o) {
     if (!o.others.empty()) return Error{"regions: name this node's region (region) too"};
     return Status::Ok();
   }
+  if (o.region.size() > kMaxNameBytes) {
+    return Error{"region: a region's name is 1 to " + std::to_string(kMaxNameBytes) + " bytes"};
+  }
   std::set<std::string> names = {o.region};
   for (const RegionOptions::Other& other : o.others) {
     if (other.name.empty() || other.name.size() > kMaxNameBytes) {
@@ -77,6 +80,11 @@ Status RegionShares::Check(const PolicySet& policies, const RegionOptions& o) {
                  std::to_string(o.rebalance_interval_ms) + " ms"};
   }
   if (!(o.floor >= 0 && o.floor <= 1)) return Error{"region_floor: a share of the limit, 0 to 1"};
+  // Reports carry the floor to the millionth (settings()): regions whose floors differ below it
+  // would take each other's reports and compute shares that sum past L.
+  if (static_cast<double>(std::llround(o.floor * 1e6)) / 1e6 != o.floor) {
+    return Error{"region_floor: at most 6 decimals (regions compare it to the millionth)"};
+  }
   if (o.max_keys < 1) return Error{"region_max_keys: at least 1"};
   const int64_t n = static_cast<int64_t>(names.size());
   for (const Policy& p : policies.policies()) {
@@ -139,9 +147,13 @@ RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, 
   // Other regions' reports may track at most three quarters of max_keys: the rest is kept
   // for keys used here, whatever another region reports.
   const int64_t most = for_report ? options_.max_keys - options_.max_keys / 4 : options_.max_keys;
-  if (!create || counters_.keys.load(std::memory_order_relaxed) >= most) {
-    return nullptr;
-  }
+  if (!create) return nullptr;
+  // The place is taken before the record is made: keys made at once in other shards cannot pass
+  // the bound together.
+  int64_t keys = counters_.keys.load(std::memory_order_relaxed);
+  do {
+    if (keys >= most) return nullptr;
+  } while (!counters_.keys.compare_exchange_weak(keys, keys + 1, std::memory_order_relaxed));
   Record& r = s.records[id];
   const Policy& p = policies_.policies()[static_cast<size_t>(policy)];
   r.policy = policy;
@@ -153,7 +165,6 @@ RegionShares::Record* RegionShares::Find(Shard& s, int policy, const KeyId& id, 
   r.reports.resize(names_.size());
   r.last_use_ms = now;
   r.newest = now / kBucketMs;
-  counters_.keys.fetch_add(1, std::memory_order_relaxed);
   return &r;
 }
 
@@ -231,6 +242,7 @@ void RegionShares::Measure(int64_t now) {
       }
       if (r.sent_demand == 0 && !reported && now - r.last_use_ms > 3 * interval) {
         it = s.records.erase(it);  // nobody uses it: back to its floor when it comes again
+        counters_.keys.fetch_sub(1, std::memory_order_relaxed);  // and its place is free now
         continue;
       }
       ++it;
@@ -269,7 +281,6 @@ void RegionShares::Rebalance(int64_t now) {
     }
   }
   std::vector<int64_t> demands(names_.size());
-  int64_t keys = 0;
   for (size_t sh = 0; sh < kShards; ++sh) {
     Shard& s = shards_[sh];
     MutexLock lock(s.mu);
@@ -327,11 +338,9 @@ void RegionShares::Rebalance(int64_t now) {
         }
         r.rate = rate;
       }
-      ++keys;
       ++it;
     }
   }
-  counters_.keys.store(keys, std::memory_order_relaxed);
   counters_.rebalance_us.store(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::steady_clock::now() - started)
                                    .count(),
