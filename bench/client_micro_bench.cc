@@ -12,11 +12,11 @@
 // appended to the billing journal (1: one write(2) under the debts' lock, the journal's
 // thread syncing every 100 ms and compacting), in the temp dir.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "client/asio_scheduler.h"
@@ -24,10 +24,10 @@
 #include "client/client_core.h"
 #include "client/fallbacks.h"
 #include "client/request_resolver.h"
-#include "protocol/request_builder.h"
-#include "protocol/op.h"
-#include "protocol/frame_codec.h"
 #include "common/policy_file.h"
+#include "protocol/frame_codec.h"
+#include "protocol/op.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 
@@ -71,8 +71,8 @@ policies:
     policies = std::move(p).value();
     node = std::make_unique<Node>(policies, clock, NodeOptions{});
     transport = std::make_unique<InProcessTransport>(*node);
-    core = std::make_unique<ClientCore>(policies, std::vector<std::string>{"node:1"},
-                                        scheduler, *transport, ClientCoreOptions{});
+    core = std::make_unique<ClientCore>(policies, std::vector<std::string>{"node:1"}, scheduler,
+                                        *transport, ClientCoreOptions{});
   }
   ~Fixture() { scheduler.Stop(); }
   SteadyClock clock;
@@ -104,7 +104,8 @@ void DecideLeased(benchmark::State& state) {
     benchmark::DoNotOptimize(d);
   }
   state.SetItemsProcessed(state.iterations());
-  if (allowed != static_cast<int64_t>(state.iterations())) state.SkipWithError("a decision was denied");
+  if (allowed != static_cast<int64_t>(state.iterations()))
+    state.SkipWithError("a decision was denied");
 }
 
 BENCHMARK(DecideLeased)->Name("BM_Decide_Leased")->Threads(1)->Threads(2)->UseRealTime();
@@ -123,7 +124,8 @@ void DecideStrict(benchmark::State& state) {
     benchmark::DoNotOptimize(d);
   }
   state.SetItemsProcessed(state.iterations());
-  if (allowed != static_cast<int64_t>(state.iterations())) state.SkipWithError("a decision was denied");
+  if (allowed != static_cast<int64_t>(state.iterations()))
+    state.SkipWithError("a decision was denied");
 }
 
 BENCHMARK(DecideStrict)->Name("BM_Decide_Strict")->Threads(1)->UseRealTime();
@@ -179,10 +181,11 @@ void BillingOwe(benchmark::State& state) {
   size_t next = 0;
   for (auto _ : state) {
     billing->fallbacks->Decide(requests[next++ & 15], "node:1",
-                              [&](client::Decision d) { allowed += d.allowed; });
+                               [&](client::Decision d) { allowed += d.allowed; });
   }
   state.SetItemsProcessed(state.iterations());
-  if (allowed != static_cast<int64_t>(state.iterations())) state.SkipWithError("a decision was denied");
+  if (allowed != static_cast<int64_t>(state.iterations()))
+    state.SkipWithError("a decision was denied");
 }
 
 BENCHMARK(BillingOwe)

@@ -18,9 +18,9 @@
 #include "bench/node_load.h"
 #include "bench/redis_load.h"
 #include "bench/report_chart.h"
-#include "protocol/node_connection.h"
 #include "common/histogram.h"
 #include "common/policy_file.h"
+#include "protocol/node_connection.h"
 
 namespace limiter::bench {
 namespace {
@@ -197,12 +197,16 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     return fail("--part: want I/N with 0 <= I < N", 2);
   }
   if (o.parts > 1 && o.json_file.empty()) {
-    return fail("--part writes a partial report: give --json FILE (merge them with "
-                "limiter-bench merge)", 2);
+    return fail(
+        "--part writes a partial report: give --json FILE (merge them with "
+        "limiter-bench merge)",
+        2);
   }
   if (o.parts > 1 && (o.vs_redis || o.find_max)) {
-    return fail("--part runs one rate of one share of the gateways: not with --vs-redis or "
-                "--find-max", 2);
+    return fail(
+        "--part runs one rate of one share of the gateways: not with --vs-redis or "
+        "--find-max",
+        2);
   }
   Result<PolicySet> policies = LoadPolicyFile(o.policies);
   if (!policies) return fail(policies.error());
@@ -255,10 +259,10 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
       if (run.ok()) {
         const double offered = static_cast<double>(run->issued) / run->duration_s;
         row["p99_us"] = run->latency.Quantile(0.99);
-        row["achieved_ratio"] = offered > 0 ? static_cast<double>(run->decided) /
-                                                  std::max(run->duration_s, run->decided_span_s) /
-                                                  offered
-                                            : 0;
+        row["achieved_ratio"] = offered > 0
+                                    ? static_cast<double>(run->decided) /
+                                          std::max(run->duration_s, run->decided_span_s) / offered
+                                    : 0;
         int64_t lag = 0;
         for (size_t i = static_cast<size_t>(o.warmup_s); i < run->seconds.size(); ++i) {
           lag = std::max(lag, run->seconds[i].lag_us);
@@ -296,14 +300,14 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
   out << "\n" << std::flush;
 
   NodeMeter meter(members, local, o.access);
-  Result<RunTotals> run =
-      RunClusterOnce(ClusterRunSpec{scenario, o.part, o.parts}, o, *policies, workload, members, out);
+  Result<RunTotals> run = RunClusterOnce(ClusterRunSpec{scenario, o.part, o.parts}, o, *policies,
+                                         workload, members, out);
   if (!run) return fail(run.error());
   run->node_usage = meter.Usage();
   if (o.parts > 1) {
     if (Status s = WritePartial(*run, o.json_file); !s.ok()) return fail(s.error());
-    out << Fmt("part %d of %d: %" PRIu64 " decisions; partial report %s (and .records)\n",
-               o.part, o.parts, run->decided, o.json_file.c_str());
+    out << Fmt("part %d of %d: %" PRIu64 " decisions; partial report %s (and .records)\n", o.part,
+               o.parts, run->decided, o.json_file.c_str());
     return 0;
   }
   Json extra;
@@ -312,13 +316,13 @@ int RunClusterBench(const ClusterBenchOptions& o, std::ostream& out, std::ostrea
     Result<RedisRow> redis = RunRedis(scenario, o, *policies->Find("api_key"));
     if (!redis) return fail(redis.error());
     const uint64_t p99 = run->latency.Quantile(0.99);
-    extra["redis"] = {{"offered_rps", redis->offered_rps},
-                      {"achieved_rps", redis->achieved_rps},
-                      {"p99_us", redis->p99_us},
-                      {"errors", redis->errors},
-                      {"p99_ratio", redis->p99_us > 0 ? static_cast<double>(p99) /
-                                                            static_cast<double>(redis->p99_us)
-                                                      : 0}};
+    extra["redis"] = {
+        {"offered_rps", redis->offered_rps},
+        {"achieved_rps", redis->achieved_rps},
+        {"p99_us", redis->p99_us},
+        {"errors", redis->errors},
+        {"p99_ratio",
+         redis->p99_us > 0 ? static_cast<double>(p99) / static_cast<double>(redis->p99_us) : 0}};
     out << Fmt("\nlimiter vs redis + Lua at %.0f requests/s: p99 %" PRIu64 " us vs %" PRIu64
                " us; redis achieved %.0f/s\n",
                scenario.rate, p99, redis->p99_us, redis->achieved_rps);
@@ -343,8 +347,9 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
     if (!part) return fail(part.error());
     if (!total.parts_included.empty()) {
       if (SettingsJson(*part) != SettingsJson(total)) {
-        return fail(path + " is a part of another run (scenario, seed, rate, gateways, nodes, "
-                           "duration, warm-up, spread, loops, deadline and parts must all match)");
+        return fail(path +
+                    " is a part of another run (scenario, seed, rate, gateways, nodes, "
+                    "duration, warm-up, spread, loops, deadline and parts must all match)");
       }
       for (int i : part->parts_included) {
         if (std::find(total.parts_included.begin(), total.parts_included.end(), i) !=
@@ -358,8 +363,8 @@ int RunMerge(const MergeOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   if (static_cast<int>(total.parts_included.size()) != total.parts) {
-    err << "limiter-bench merge: warning: " << total.parts_included.size() << " of "
-        << total.parts << " parts given; the report covers those gateways only\n";
+    err << "limiter-bench merge: warning: " << total.parts_included.size() << " of " << total.parts
+        << " parts given; the report covers those gateways only\n";
   }
   Result<PolicySet> policies = LoadPolicyFile(o.policies);
   if (!policies) return fail(policies.error());

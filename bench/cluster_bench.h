@@ -1,8 +1,9 @@
 // `limiter-bench cluster`: the first seed's workload end to end. G gateways, each a full
 // client (its own local buckets, leases, connections and fallback state), spread over a few
-// event-loop threads, take open-loop arrivals at a constant rate and decide them through the cluster; the harness reports
-// throughput, store operations, added latency from each request's intended arrival (no
-// coordinated omission), accuracy against promise I1, fallbacks and node CPU and memory.
+// event-loop threads, take open-loop arrivals at a constant rate and decide them through the
+// cluster; the harness reports throughput, store operations, added latency from each request's
+// intended arrival (no coordinated omission), accuracy against promise I1, fallbacks and node CPU
+// and memory.
 //
 // Scenarios: `50k` (50,000 requests/s over 40 gateways) and `500k` (500,000 requests/s over
 // 100 gateways); both over 200,000 API keys in 20,000 tenants with Zipf popularity, a report
@@ -12,8 +13,8 @@
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/node_access.h"
@@ -29,20 +30,20 @@ struct ClusterBenchOptions {
   // Arrivals before the measurement (gateways and nodes start cold); their admissions still
   // count in the accuracy check.
   double warmup_s = 2;
-  int nodes = 3;         // local nodes to start (when `cluster` is empty)
-  int node_threads = 1;  // --threads of each local node
-  int gateways = 0;      // 0: the scenario's
-  double rate = 0;       // requests/s; 0: the scenario's
+  int nodes = 3;                     // local nodes to start (when `cluster` is empty)
+  int node_threads = 1;              // --threads of each local node
+  int gateways = 0;                  // 0: the scenario's
+  double rate = 0;                   // requests/s; 0: the scenario's
   std::vector<std::string> cluster;  // HOST:PORT of running nodes; empty: start local ones
   std::string limiterd;              // empty: DefaultLimiterdPath()
   std::string policies;              // the scenario's policy file (nodes and gateways)
   // Event-loop threads the gateways are spread over (each runs its share of the arrivals).
   int loops = 1;
-  int64_t deadline_us = 2000;        // each gateway's store-call deadline
-  std::string spread = "even";       // how the load balancer spreads requests over gateways
-  std::string json_file;             // also write the report as JSON here
-  std::string report_dir;            // also write report.md, per_second.tsv, chart.png here
-  bool vs_redis = false;             // also run one EVALSHA per request against redis-server
+  int64_t deadline_us = 2000;   // each gateway's store-call deadline
+  std::string spread = "even";  // how the load balancer spreads requests over gateways
+  std::string json_file;        // also write the report as JSON here
+  std::string report_dir;       // also write report.md, per_second.tsv, chart.png here
+  bool vs_redis = false;        // also run one EVALSHA per request against redis-server
   std::string redis_server = "redis-server";
   uint64_t seed = 1;
   // --part I/N: run gateways I, I+N, ... only, and write a partial report (--json) for

@@ -1,5 +1,7 @@
 // The CI smoke runs of both cluster scenarios: 3 s at a reduced rate on a local 3-node
 // cluster, checking the report's fields and that no key went over its promise.
+#include "bench/cluster_bench.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 #include <tuple>
 #include <vector>
 
-#include "bench/cluster_bench.h"
 #include "bench/fleet_report.h"
 #include "bench/node_load.h"
 #include "test/support/build_paths.h"
@@ -60,8 +61,8 @@ TEST(CpuBudgetTest, LimitsAProcessAndCleansUp) {
 class ClusterSmokeTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ClusterSmokeTest, RunsAtReducedRateAndKeepsEveryPromise) {
-  const std::string dir = ::testing::TempDir() + "/cluster_smoke_" + GetParam() + "_" +
-                          std::to_string(::getpid());
+  const std::string dir =
+      ::testing::TempDir() + "/cluster_smoke_" + GetParam() + "_" + std::to_string(::getpid());
   ClusterBenchOptions o;
   o.scenario = GetParam();
   o.limiterd = testing::LimiterdBin();
@@ -80,13 +81,28 @@ TEST_P(ClusterSmokeTest, RunsAtReducedRateAndKeepsEveryPromise) {
 
   std::ifstream f(o.json_file);
   const nlohmann::json r = nlohmann::json::parse(f);
-  for (const char* field : {"offered_rps", "achieved_rps", "decisions_per_s", "store_ops_per_s",
-                            "store_ops_per_request", "p50_us", "p99_us", "p999_us", "max_us",
-                            "keys_checked", "keys_over_promise", "fallbacks_by_class",
-                            "node_usage", "per_second", "worst_window", "store_ops_floor",
-                            "store_ops_to_floor", "keys_over_allowance",
-                            "keys_over_promise_real_time", "keys_over_real_time_bound",
-                            "loop_lag_max_us", "cost"}) {
+  for (const char* field : {"offered_rps",
+                            "achieved_rps",
+                            "decisions_per_s",
+                            "store_ops_per_s",
+                            "store_ops_per_request",
+                            "p50_us",
+                            "p99_us",
+                            "p999_us",
+                            "max_us",
+                            "keys_checked",
+                            "keys_over_promise",
+                            "fallbacks_by_class",
+                            "node_usage",
+                            "per_second",
+                            "worst_window",
+                            "store_ops_floor",
+                            "store_ops_to_floor",
+                            "keys_over_allowance",
+                            "keys_over_promise_real_time",
+                            "keys_over_real_time_bound",
+                            "loop_lag_max_us",
+                            "cost"}) {
     EXPECT_TRUE(r.contains(field)) << field;
   }
   EXPECT_NEAR(r["offered_rps"].get<double>(), 3000, 30);
@@ -194,7 +210,8 @@ TEST(ClusterPartsTest, TwoPartsMergeIntoTheSingleRun) {
   const size_t seconds = std::max(merged["per_second"].size(), single["per_second"].size());
   EXPECT_GE(seconds, 3u);
   for (size_t i = 0; i < seconds; ++i) EXPECT_EQ(offered(merged, i), offered(single, i)) << i;
-  const double ops = merged["store_ops"].get<double>(), single_ops = single["store_ops"].get<double>();
+  const double ops = merged["store_ops"].get<double>(),
+               single_ops = single["store_ops"].get<double>();
   EXPECT_NEAR(ops, single_ops, 0.05 * single_ops) << "store ops follow the same arrivals";
   EXPECT_TRUE(std::filesystem::exists(dir + "/merged/report.md"));
 
@@ -249,9 +266,16 @@ TEST(ClusterPartsTest, ACorruptPartialReportIsOneClearError) {
       {rewrite("noparts", [](nlohmann::json& j) { j["parts_included"] = nlohmann::json::array(); }),
        "names no part"},
       {rewrite("range", [](nlohmann::json& j) { j["parts_included"] = {2}; }), "distinct parts"},
-      {rewrite("twice", [](nlohmann::json& j) { j["parts"] = 3; j["parts_included"] = {1, 1}; }),
+      {rewrite("twice",
+               [](nlohmann::json& j) {
+                 j["parts"] = 3;
+                 j["parts_included"] = {1, 1};
+               }),
        "distinct parts"},
-      {rewrite("bucket", [](nlohmann::json& j) { j["latency"]["buckets"] = {{100000, 1}}; }),
+      {rewrite("bucket",
+               [](nlohmann::json& j) {
+                 j["latency"]["buckets"] = {{100000, 1}};
+               }),
        "bucket"},
       {rewrite("shape", [](nlohmann::json& j) { j["seconds"] = "many"; }), "bad.json"},
       {rewrite("scenario", [](nlohmann::json& j) { j["scenario"] = "9m"; }), "unknown scenario"},

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -48,8 +48,8 @@ struct Gateway {
 // Everything runs on the scheduler's thread; the progress counters may be read from any.
 class LoopRun {
  public:
-  LoopRun(const ClusterBenchOptions& o, const CheckedArrivals& checked, const Workload& w,
-          int loop, int loops, double rate, AsioScheduler& scheduler, std::vector<Gateway*> slots)
+  LoopRun(const ClusterBenchOptions& o, const CheckedArrivals& checked, const Workload& w, int loop,
+          int loops, double rate, AsioScheduler& scheduler, std::vector<Gateway*> slots)
       : o_(o),
         checked_(checked),
         w_(w),
@@ -155,10 +155,10 @@ class LoopRun {
     r.source = static_cast<uint8_t>(d.source);
     r.allowed = d.allowed && d.error.empty();
     r.error = !d.error.empty();
-    r.retry_after_ms = d.retry_after == client::kRetryNever
-                           ? INT32_MAX
-                           : static_cast<int32_t>(std::clamp<int64_t>(d.retry_after.count(), 0,
-                                                                      INT32_MAX));
+    r.retry_after_ms =
+        d.retry_after == client::kRetryNever
+            ? INT32_MAX
+            : static_cast<int32_t>(std::clamp<int64_t>(d.retry_after.count(), 0, INT32_MAX));
     if (r.error && first_error_.empty()) first_error_ = d.error;
     records_.push_back(r);
     latency_.Record(static_cast<uint64_t>(std::max<int64_t>(0, r.done_us - r.intended_us)));
@@ -258,7 +258,8 @@ class Harness {
     const double cpu_before = ProcessCpuSeconds();
     const int64_t measure_us = static_cast<int64_t>(warmup * 1e6);
     for (auto& r : runs_) finished.push_back(r->Start(t0, total_s, /*dry=*/false, measure_us));
-    const auto until = t0_steady + std::chrono::milliseconds(static_cast<int64_t>((total_s + 10) * 1000));
+    const auto until =
+        t0_steady + std::chrono::milliseconds(static_cast<int64_t>((total_s + 10) * 1000));
     uint64_t last_offered = 0, last_decided = 0, last_ops = 0;
     Histogram::Snapshot last_latency;
     bool complete = false;
@@ -286,7 +287,8 @@ class Harness {
       store_ops_by_second_.push_back(ops - last_ops);
       lag_by_second_.push_back(lag);
       Histogram::Snapshot d;
-      for (size_t i = 0; i < d.counts.size(); ++i) d.counts[i] = latency.counts[i] - last_latency.counts[i];
+      for (size_t i = 0; i < d.counts.size(); ++i)
+        d.counts[i] = latency.counts[i] - last_latency.counts[i];
       d.count = latency.count - last_latency.count;
       d.max = latency.max;
       char line[240];
@@ -319,7 +321,8 @@ class Harness {
         SecondTotals& s = t.seconds[second];
         ++s.decided;
         if (d.source == static_cast<uint8_t>(client::Source::kFallback)) ++s.fallbacks;
-        const uint64_t latency = static_cast<uint64_t>(std::max<int64_t>(0, d.done_us - d.intended_us));
+        const uint64_t latency =
+            static_cast<uint64_t>(std::max<int64_t>(0, d.done_us - d.intended_us));
         s.latency.Record(latency);
         const size_t arrived = static_cast<size_t>(std::max<int64_t>(0, d.intended_us) / 1'000'000);
         if (t.seconds.size() <= arrived) t.seconds.resize(arrived + 1);
@@ -349,7 +352,8 @@ class Harness {
       const client::Counters c = g.core->counters();
       t.store_errors += c.store_errors;
       t.deadline_misses += c.deadline_misses;
-      for (int i = 0; i < 4; ++i) t.fallback_by_class[static_cast<size_t>(i)] += c.fallback_by_class[i];
+      for (int i = 0; i < 4; ++i)
+        t.fallback_by_class[static_cast<size_t>(i)] += c.fallback_by_class[i];
     }
     for (auto& r : runs_) t.arrivals_generated += r->generated();
   }
@@ -364,8 +368,8 @@ class Harness {
         Gateway& gw = gateways_[static_cast<size_t>(g)];
         slots.push_back(with_gateways && gw.core ? &gw : nullptr);
       }
-      runs.push_back(std::make_unique<LoopRun>(o_, checked_, workload_, l, loops_,
-                                               s.rate / loops_, *schedulers_[static_cast<size_t>(l)],
+      runs.push_back(std::make_unique<LoopRun>(o_, checked_, workload_, l, loops_, s.rate / loops_,
+                                               *schedulers_[static_cast<size_t>(l)],
                                                std::move(slots)));
     }
     return runs;
@@ -422,9 +426,9 @@ Result<RunTotals> RunClusterOnce(const ClusterRunSpec& spec, const ClusterBenchO
     return Error{why};
   }
   harness.Collect(t);
-  t.arrival_cpu_s = arrivals ? cpu / static_cast<double>(arrivals) *
-                                   static_cast<double>(t.arrivals_generated)
-                             : 0;
+  t.arrival_cpu_s =
+      arrivals ? cpu / static_cast<double>(arrivals) * static_cast<double>(t.arrivals_generated)
+               : 0;
   return t;
 }
 

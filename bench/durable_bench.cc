@@ -16,11 +16,11 @@
 #include <ostream>
 #include <unordered_set>
 
-#include "protocol/request_builder.h"
-#include "protocol/auth.h"
 #include "common/clock.h"
-#include "protocol/key_id.h"
 #include "common/policy_file.h"
+#include "protocol/auth.h"
+#include "protocol/key_id.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 
 namespace limiter::bench {

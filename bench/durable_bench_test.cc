@@ -65,10 +65,14 @@ TEST(ApplyNodeStatTest, TakesTheDurableCountersOnlyWhenThereAreAny) {
 
   NodeStats durable;
   const std::vector<std::pair<std::string, int64_t>> counters = {
-      {"durable_writes", 100}, {"durable_commits", 4},
-      {"durable_reads", 9},    {"durable_read_hits", 8},
-      {"durable_errors", 1},   {"durable_pending", 2},
-      {"durable_records_estimate", 50},    {"durable_disk_bytes", 4096},
+      {"durable_writes", 100},
+      {"durable_commits", 4},
+      {"durable_reads", 9},
+      {"durable_read_hits", 8},
+      {"durable_errors", 1},
+      {"durable_pending", 2},
+      {"durable_records_estimate", 50},
+      {"durable_disk_bytes", 4096},
       {"durable_expired", 3}};  // a durable counter NodeStats does not keep
   for (const auto& [name, value] : counters) EXPECT_TRUE(ApplyNodeStat(durable, name, value));
   ASSERT_TRUE(durable.durable.has_value());

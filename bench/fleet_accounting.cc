@@ -47,7 +47,8 @@ void Consider(WorstKey& worst, const WorstWindow& w, const KindLimits& k, const 
 // Max over a range of values with range adds: f(r) for r over admissions ranked by end.
 class MaxTree {
  public:
-  explicit MaxTree(const std::vector<__int128>& base) : n_(base.size()), max_(4 * n_), add_(4 * n_) {
+  explicit MaxTree(const std::vector<__int128>& base)
+      : n_(base.size()), max_(4 * n_), add_(4 * n_) {
     Build(1, 0, n_ - 1, base);
   }
   // Adds v to f(r) for r in [from, to].
@@ -137,9 +138,9 @@ WorstWindow ExactWorstWindow(std::vector<Admission>& spans, const PromiseBound& 
   }
   result.interval_us = b - best_a + bound.resolution_us;
   result.over = worst > Wide{bound.burst} * w;
-  result.allowed = static_cast<double>(bound.burst) +
-                   static_cast<double>(bound.limit) * static_cast<double>(result.interval_us) /
-                       static_cast<double>(bound.window_us);
+  result.allowed = static_cast<double>(bound.burst) + static_cast<double>(bound.limit) *
+                                                          static_cast<double>(result.interval_us) /
+                                                          static_cast<double>(bound.window_us);
   return result;
 }
 
@@ -184,9 +185,8 @@ Result<std::vector<KindLimits>> LimitsOf(const PolicySet& policies, int gateways
         // allowed.
         l.fallback_limit = p->rate.limit();
         l.fallback_window_us = l.window_us * (p->fallback.allow_overshoot ? 1 : n);
-        l.fallback_burst = p->fallback.allow_overshoot
-                               ? p->rate.burst()
-                               : std::max<int64_t>(1, p->rate.burst() / n);
+        l.fallback_burst = p->fallback.allow_overshoot ? p->rate.burst()
+                                                       : std::max<int64_t>(1, p->rate.burst() / n);
         break;
       case LimitClass::kSecurity:
         if (p->fallback.local_rate) {
@@ -257,16 +257,15 @@ StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
       if (r.intended_us < st.deny_until) continue;
       // The reply to the stream's last lease could have said when the key runs out, and so
       // could a reply that denied others at the same moment.
-      const bool told = st.leased_last ||
-                        (st.op_done != kNone && r.done_us - st.op_done <= kSameReplyUs);
+      const bool told =
+          st.leased_last || (st.op_done != kNone && r.done_us - st.op_done <= kSameReplyUs);
       if (!told) {
         ops.denials += counted;
         st.op_done = r.done_us;
       }
       st.leased_last = false;
       // From the decision: the client counts its retry_after from when it decided.
-      st.deny_until = r.retry_after_ms <= 0 ? kNone
-                                            : r.done_us + int64_t{r.retry_after_ms} * 1000;
+      st.deny_until = r.retry_after_ms <= 0 ? kNone : r.done_us + int64_t{r.retry_after_ms} * 1000;
       continue;
     }
     st.deny_until = kNone;
@@ -329,7 +328,8 @@ Accuracy CheckAccuracy(const std::vector<DecisionRecord>& records,
       if (r.source == kLease) leasing.push_back(r.gateway);
       if (r.source == kFallback) {
         falling_back.push_back(r.gateway);
-        out.fallback_units_by_class[static_cast<size_t>(k.class_index)] += static_cast<uint64_t>(r.cost);
+        out.fallback_units_by_class[static_cast<size_t>(k.class_index)] +=
+            static_cast<uint64_t>(r.cost);
       }
     }
     const size_t at = begin;
@@ -343,8 +343,7 @@ Accuracy CheckAccuracy(const std::vector<DecisionRecord>& records,
     };
     const PromiseBound promise{k.limit, k.window_us, k.burst, /*resolution_us=*/1000};
     const WorstWindow w = ExactWorstWindow(charged, promise);
-    const int64_t reset =
-        resets == nullptr ? 0 : (*resets)[first.kind][records[order[at]].index];
+    const int64_t reset = resets == nullptr ? 0 : (*resets)[first.kind][records[order[at]].index];
     if (falling_back.empty() && reset == 0) {
       if (w.over) ++out.keys_over_promise;
       Consider(out.worst, w, k, key, true);

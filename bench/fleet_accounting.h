@@ -27,8 +27,8 @@ struct DecisionRecord {
   int64_t done_us = 0;      // the decision
   uint32_t index = 0;       // key rank (kApiKey) or account rank (kLogin)
   uint16_t gateway = 0;
-  uint8_t kind = kApiKey;   // Kind
-  uint8_t source = 0;       // client::Source
+  uint8_t kind = kApiKey;  // Kind
+  uint8_t source = 0;      // client::Source
   int32_t cost = 1;
   int32_t retry_after_ms = 0;  // a denial's, capped; kRetryNever is INT32_MAX
   // Flags as bytes (0 or 1): records are read back from files, where a bool's other values
@@ -57,7 +57,7 @@ struct KindLimits {
   std::string limit_class;  // security, contract, billing, capacity
   int class_index = 0;      // LimitClass order
   int64_t limit = 1, window_us = 1, burst = 1;
-  bool strict = false;     // one CHECK per request: no leases
+  bool strict = false;      // one CHECK per request: no leases
   int64_t lease_units = 1;  // the policy's lease size
   int64_t lease_ttl_us = 1'000'000;
   // How long before its arrival a unit a gateway spends may have been charged: a TTL, plus
@@ -77,9 +77,9 @@ Result<std::vector<KindLimits>> LimitsOf(const PolicySet& policies, int gateways
 // The store-op floor for `records` with intended_us >= from_us (see fleet_accounting.cc),
 // by what each op was for.
 struct StoreOpFloorResult {
-  uint64_t leases = 0;    // admissions of lease-mode policies
-  uint64_t checks = 0;    // admissions of strict policies
-  uint64_t denials = 0;   // denial periods
+  uint64_t leases = 0;   // admissions of lease-mode policies
+  uint64_t checks = 0;   // admissions of strict policies
+  uint64_t denials = 0;  // denial periods
   uint64_t total() const { return leases + checks + denials; }
 };
 StoreOpFloorResult StoreOpFloor(const std::vector<DecisionRecord>& records,
@@ -90,7 +90,7 @@ struct WorstKey {
   std::string policy, key, limit_class;
   int64_t admitted = 0;
   double interval_ms = 0, allowed = 0, excess = 0;  // excess = admitted - allowed
-  bool within_allowance = true;                      // keys with a fallback only
+  bool within_allowance = true;                     // keys with a fallback only
 };
 
 struct Accuracy {

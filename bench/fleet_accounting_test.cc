@@ -6,9 +6,9 @@
 
 #include <random>
 
-#include "test/unit/test_seed.h"
 #include "limiter/client/client.h"
 #include "test/support/policies.h"
+#include "test/unit/test_seed.h"
 
 namespace limiter::bench {
 namespace {
@@ -65,9 +65,9 @@ class Accounting : public ::testing::Test {
 
 TEST_F(Accounting, LimitsComeFromThePolicies) {
   ASSERT_EQ(limits_.size(), 2u);
-  EXPECT_EQ(limits_[kApiKey].lease_units, 20);  // a fifth of 100/s
+  EXPECT_EQ(limits_[kApiKey].lease_units, 20);                // a fifth of 100/s
   EXPECT_EQ(limits_[kApiKey].fallback_window_us, 4'000'000);  // L per N·W
-  EXPECT_EQ(limits_[kApiKey].fallback_burst, 50);              // B/N
+  EXPECT_EQ(limits_[kApiKey].fallback_burst, 50);             // B/N
   EXPECT_TRUE(limits_[kLogin].strict);
   EXPECT_EQ(limits_[kLogin].fallback_limit, 0);  // no local limit: denies
   PolicySet none;
@@ -177,7 +177,7 @@ TEST_F(Accounting, StoreAdmissionsWithinThePromisePass) {
   const Workload w(Small());
   std::vector<DecisionRecord> r;
   // Checked admissions: each charged between its arrival and its decision.
-  for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));  // the burst
+  for (int i = 0; i < 200; ++i) r.push_back(Checked(At(0, true)));              // the burst
   for (int i = 0; i < 100; ++i) r.push_back(Checked(At(10 + i * 10.0, true)));  // the rate
   Accuracy a = CheckAccuracy(r, limits_, w);
   EXPECT_EQ(a.keys_checked, 1u);
@@ -268,8 +268,9 @@ TEST(ExactWorstWindow, MatchesBruteForce) {
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
   for (int round = 0; round < 300; ++round) {
-    const PromiseBound bound{1 + static_cast<int64_t>(rng() % 20), 1000 + static_cast<int64_t>(rng() % 5000),
-                             1 + static_cast<int64_t>(rng() % 10), static_cast<int64_t>(rng() % 3) * 100};
+    const PromiseBound bound{
+        1 + static_cast<int64_t>(rng() % 20), 1000 + static_cast<int64_t>(rng() % 5000),
+        1 + static_cast<int64_t>(rng() % 10), static_cast<int64_t>(rng() % 3) * 100};
     const int n = 1 + static_cast<int>(rng() % 40);
     std::vector<Admission> spans;
     const bool monotone = round % 2 == 0;
@@ -277,7 +278,8 @@ TEST(ExactWorstWindow, MatchesBruteForce) {
     for (int i = 0; i < n; ++i) {
       t += static_cast<int64_t>(rng() % 300);
       const int64_t back = monotone ? 50 : static_cast<int64_t>(rng() % 3000);
-      spans.push_back({t - back, t + static_cast<int64_t>(rng() % 40), 1 + static_cast<int64_t>(rng() % 3)});
+      spans.push_back(
+          {t - back, t + static_cast<int64_t>(rng() % 40), 1 + static_cast<int64_t>(rng() % 3)});
     }
     std::sort(spans.begin(), spans.end(),
               [](const Admission& x, const Admission& y) { return x.end_us < y.end_us; });
@@ -290,8 +292,9 @@ TEST(ExactWorstWindow, MatchesBruteForce) {
         for (const Admission& x : spans) {
           if (x.start_us >= a.start_us && x.end_us <= b.end_us) inside += x.cost;
         }
-        const __int128 score = inside * bound.window_us -
-                               __int128{bound.limit} * (b.end_us - a.start_us + bound.resolution_us);
+        const __int128 score =
+            inside * bound.window_us -
+            __int128{bound.limit} * (b.end_us - a.start_us + bound.resolution_us);
         if (!have || score > best) best = score;
         have = true;
       }
@@ -301,9 +304,9 @@ TEST(ExactWorstWindow, MatchesBruteForce) {
     EXPECT_EQ(ExactWorstWindow(copy, bound).over, over) << "round " << round;
     if (monotone) {
       // Starts in the order of ends: the one-pass check agrees.
-      bool sorted_starts = std::is_sorted(spans.begin(), spans.end(), [](const Admission& x, const Admission& y) {
-        return x.start_us < y.start_us;
-      });
+      bool sorted_starts = std::is_sorted(
+          spans.begin(), spans.end(),
+          [](const Admission& x, const Admission& y) { return x.start_us < y.start_us; });
       if (sorted_starts) {
         EXPECT_EQ(FindWorstWindow(spans, bound).over, over) << "round " << round;
       }

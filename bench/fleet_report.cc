@@ -53,12 +53,10 @@ Json WorstJson(const WorstKey& w) {
 }
 
 Json SettingsJson(const RunTotals& run) {
-  return {{"scenario", run.scenario},     {"seed", run.seed},
-          {"rate", run.rate},             {"gateways", run.gateways},
-          {"nodes", run.nodes},           {"duration_s", run.duration_s},
-          {"warmup_s", run.warmup_s},     {"spread", run.spread},
-          {"loops", run.loops},           {"deadline_us", run.deadline_us},
-          {"parts", run.parts}};
+  return {{"scenario", run.scenario},       {"seed", run.seed},     {"rate", run.rate},
+          {"gateways", run.gateways},       {"nodes", run.nodes},   {"duration_s", run.duration_s},
+          {"warmup_s", run.warmup_s},       {"spread", run.spread}, {"loops", run.loops},
+          {"deadline_us", run.deadline_us}, {"parts", run.parts}};
 }
 
 Json AccuracyJson(const Accuracy& a) {
@@ -95,7 +93,8 @@ Status MergeInto(RunTotals& total, RunTotals part) {
   // Decision times move to the earliest start's clock. (Per-second rows stay on each part's
   // own clock: every part draws the same arrival stream from its own start.)
   constexpr int64_t kHourUs = 3'600'000'000;
-  if (part.t0_wall_us < total.t0_wall_us - kHourUs || part.t0_wall_us > total.t0_wall_us + kHourUs) {
+  if (part.t0_wall_us < total.t0_wall_us - kHourUs ||
+      part.t0_wall_us > total.t0_wall_us + kHourUs) {
     return Error{"its parts started more than an hour apart: not one run"};
   }
   const int64_t shift = part.t0_wall_us - total.t0_wall_us;
@@ -157,40 +156,45 @@ Status WritePartial(const RunTotals& run, const std::string& json_path) {
   }
   Json seconds = Json::array();
   for (const SecondTotals& s : run.seconds) {
-    seconds.push_back({{"offered", s.offered}, {"decided", s.decided}, {"store_ops", s.store_ops},
-                       {"fallbacks", s.fallbacks}, {"lag_us", s.lag_us},
+    seconds.push_back({{"offered", s.offered},
+                       {"decided", s.decided},
+                       {"store_ops", s.store_ops},
+                       {"fallbacks", s.fallbacks},
+                       {"lag_us", s.lag_us},
                        {"latency", HistogramJson(s.latency)}});
   }
   Json nodes = Json::array();
   for (const NodeUsage& u : run.node_usage) {
-    nodes.push_back({{"address", u.address}, {"cpu_s", u.cpu_s ? Json(*u.cpu_s) : Json()},
-                     {"wall_s", u.wall_s}, {"rss_bytes", u.rss_bytes}, {"frames", u.frames},
+    nodes.push_back({{"address", u.address},
+                     {"cpu_s", u.cpu_s ? Json(*u.cpu_s) : Json()},
+                     {"wall_s", u.wall_s},
+                     {"rss_bytes", u.rss_bytes},
+                     {"frames", u.frames},
                      {"store_ops", u.store_ops}});
   }
   Json j = SettingsJson(run);
-  j.update({
-      {"partial_format", kPartialFormat},
-      {"parts_included", run.parts_included},
-      {"t0_wall_us", run.t0_wall_us},
-      {"issued", run.issued},
-      {"decided", run.decided},
-      {"allowed", run.allowed},
-      {"errors", run.errors},
-      {"by_source", run.by_source},
-      {"store_ops", run.store_ops},
-      {"store_errors", run.store_errors},
-      {"deadline_misses", run.deadline_misses},
-      {"fallback_by_class", run.fallback_by_class},
-      {"decided_span_s", run.decided_span_s},
-      {"first_error", run.first_error},
-      {"latency", HistogramJson(run.latency)},
-      {"seconds", seconds},
-      {"harness_cpu_s", run.harness_cpu_s},
-      {"arrival_cpu_s", run.arrival_cpu_s},
-      {"arrivals_generated", run.arrivals_generated},
-      {"node_usage", nodes},
-      {"records", run.records.size()},
-      {"record_bytes", sizeof(DecisionRecord)}});
+  j.update({{"partial_format", kPartialFormat},
+            {"parts_included", run.parts_included},
+            {"t0_wall_us", run.t0_wall_us},
+            {"issued", run.issued},
+            {"decided", run.decided},
+            {"allowed", run.allowed},
+            {"errors", run.errors},
+            {"by_source", run.by_source},
+            {"store_ops", run.store_ops},
+            {"store_errors", run.store_errors},
+            {"deadline_misses", run.deadline_misses},
+            {"fallback_by_class", run.fallback_by_class},
+            {"decided_span_s", run.decided_span_s},
+            {"first_error", run.first_error},
+            {"latency", HistogramJson(run.latency)},
+            {"seconds", seconds},
+            {"harness_cpu_s", run.harness_cpu_s},
+            {"arrival_cpu_s", run.arrival_cpu_s},
+            {"arrivals_generated", run.arrivals_generated},
+            {"node_usage", nodes},
+            {"records", run.records.size()},
+            {"record_bytes", sizeof(DecisionRecord)}});
   std::ofstream f(json_path);
   f << j.dump(1) << '\n';
   if (!f) return Error{"cannot write " + json_path};
@@ -204,8 +208,9 @@ Result<RunTotals> ReadPartial(const std::string& json_path) {
   try {
     const Json j = Json::parse(f);
     if (!j.contains("partial_format")) {
-      return Error{json_path + ": not a partial report (limiter-bench cluster --part I/N "
-                               "--json FILE writes one)"};
+      return Error{json_path +
+                   ": not a partial report (limiter-bench cluster --part I/N "
+                   "--json FILE writes one)"};
     }
     if (j["partial_format"].get<int>() != kPartialFormat) {
       return Error{json_path + ": partial report format " + j["partial_format"].dump() +
@@ -327,42 +332,42 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
   const double per_request =
       run.issued ? static_cast<double>(run.store_ops) / static_cast<double>(run.issued) : 0;
   Json r = SettingsJson(run);
-  r.update({
-      {"parts_included", run.parts_included},
-      {"offered_rps", offered},
-      {"achieved_rps", achieved},
-      {"achieved_ratio", offered > 0 ? achieved / offered : 0},
-      {"decisions_per_s", achieved},
-      {"issued", run.issued},
-      {"decided", run.decided},
-      {"allowed", run.allowed},
-      {"denied", run.decided - run.allowed - run.errors},
-      {"errors", run.errors},
-      {"by_source",
-       {{"store", run.by_source[0]}, {"lease", run.by_source[1]}, {"fallback", run.by_source[2]}}},
-      {"store_ops", run.store_ops},
-      {"store_ops_per_s", static_cast<double>(run.store_ops) / span_s},
-      {"store_ops_per_request", per_request},
-      {"store_ops_floor", floor.total()},
-      {"store_ops_floor_per_s", static_cast<double>(floor.total()) / span_s},
-      {"store_ops_floor_by_kind",
-       {{"leases", floor.leases}, {"checks", floor.checks}, {"denials", floor.denials}}},
-      {"store_ops_to_floor", floor.total() ? static_cast<double>(run.store_ops) /
-                                                  static_cast<double>(floor.total())
-                                            : 0},
-      {"store_errors", run.store_errors},
-      {"deadline_misses", run.deadline_misses},
-      {"p50_us", run.latency.Quantile(0.5)},
-      {"p99_us", run.latency.Quantile(0.99)},
-      {"p999_us", run.latency.Quantile(0.999)},
-      {"max_us", run.latency.max},
-      {"fallbacks_by_class",
-       {{"security", run.fallback_by_class[0]},
-        {"contract", run.fallback_by_class[1]},
-        {"billing", run.fallback_by_class[2]},
-        {"capacity", run.fallback_by_class[3]}}},
-      {"node_usage", Json::array()},
-      {"per_second", Json::array()}});
+  r.update(
+      {{"parts_included", run.parts_included},
+       {"offered_rps", offered},
+       {"achieved_rps", achieved},
+       {"achieved_ratio", offered > 0 ? achieved / offered : 0},
+       {"decisions_per_s", achieved},
+       {"issued", run.issued},
+       {"decided", run.decided},
+       {"allowed", run.allowed},
+       {"denied", run.decided - run.allowed - run.errors},
+       {"errors", run.errors},
+       {"by_source",
+        {{"store", run.by_source[0]}, {"lease", run.by_source[1]}, {"fallback", run.by_source[2]}}},
+       {"store_ops", run.store_ops},
+       {"store_ops_per_s", static_cast<double>(run.store_ops) / span_s},
+       {"store_ops_per_request", per_request},
+       {"store_ops_floor", floor.total()},
+       {"store_ops_floor_per_s", static_cast<double>(floor.total()) / span_s},
+       {"store_ops_floor_by_kind",
+        {{"leases", floor.leases}, {"checks", floor.checks}, {"denials", floor.denials}}},
+       {"store_ops_to_floor",
+        floor.total() ? static_cast<double>(run.store_ops) / static_cast<double>(floor.total())
+                      : 0},
+       {"store_errors", run.store_errors},
+       {"deadline_misses", run.deadline_misses},
+       {"p50_us", run.latency.Quantile(0.5)},
+       {"p99_us", run.latency.Quantile(0.99)},
+       {"p999_us", run.latency.Quantile(0.999)},
+       {"max_us", run.latency.max},
+       {"fallbacks_by_class",
+        {{"security", run.fallback_by_class[0]},
+         {"contract", run.fallback_by_class[1]},
+         {"billing", run.fallback_by_class[2]},
+         {"capacity", run.fallback_by_class[3]}}},
+       {"node_usage", Json::array()},
+       {"per_second", Json::array()}});
   r.update(AccuracyJson(a));
   if (!run.first_error.empty()) r["first_error"] = run.first_error;
   double node_cpu = 0;
@@ -390,7 +395,9 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
         std::max(0.0, run.harness_cpu_s - run.arrival_cpu_s) * 1e6 / decisions_all;
     cost["gateway_us_per_decision"] = gateway_us;
     cost["arrival_us_each"] =
-        run.arrivals_generated ? run.arrival_cpu_s * 1e6 / static_cast<double>(run.arrivals_generated) : 0;
+        run.arrivals_generated
+            ? run.arrival_cpu_s * 1e6 / static_cast<double>(run.arrivals_generated)
+            : 0;
     cost["gateway_cores_at_50k"] = 50'000 * gateway_us / 1e6;
     cost["gateway_cores_at_500k"] = 500'000 * gateway_us / 1e6;
   }
@@ -422,8 +429,9 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
 
   std::string& md = *markdown;
   md = "# limiter-bench cluster: scenario " + run.scenario + "\n\n";
-  md += Fmt("%d gateways, %d nodes, %.0f s measured after a %.0f s warm-up, spread %s, seed %" PRIu64,
-            run.gateways, run.nodes, run.duration_s, run.warmup_s, run.spread.c_str(), run.seed);
+  md +=
+      Fmt("%d gateways, %d nodes, %.0f s measured after a %.0f s warm-up, spread %s, seed %" PRIu64,
+          run.gateways, run.nodes, run.duration_s, run.warmup_s, run.spread.c_str(), run.seed);
   if (run.parts > 1) md += Fmt(", %zu of %d parts merged", run.parts_included.size(), run.parts);
   md += "\n\n| measure | value |\n|---|---|\n";
   auto row = [&](const std::string& name, const std::string& value) {
@@ -436,20 +444,19 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
                                        run.decided - run.allowed - run.errors, run.errors));
   row("store operations/s", Fmt("%.0f (1 per %.1f requests)", r["store_ops_per_s"].get<double>(),
                                 1 / std::max(1e-9, per_request)));
-  row("store-op floor/s", Fmt("%.0f (store ops %.3fx the floor)",
-                              r["store_ops_floor_per_s"].get<double>(),
-                              r["store_ops_to_floor"].get<double>()));
+  row("store-op floor/s",
+      Fmt("%.0f (store ops %.3fx the floor)", r["store_ops_floor_per_s"].get<double>(),
+          r["store_ops_to_floor"].get<double>()));
   row("added latency p50 / p99 / p999 / max",
       Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64 " / %" PRIu64 " us", run.latency.Quantile(0.5),
           run.latency.Quantile(0.99), run.latency.Quantile(0.999), run.latency.max));
   row("arrival loop lag, worst second", Fmt("%" PRId64 " us", worst_lag));
-  row("keys over the promise, no fallback", Fmt("%" PRIu64 " of %" PRIu64 " checked",
-                                                a.keys_over_promise, a.keys_checked));
+  row("keys over the promise, no fallback",
+      Fmt("%" PRIu64 " of %" PRIu64 " checked", a.keys_over_promise, a.keys_checked));
   row("worst window", WorstText(r["worst_window"]));
-  row("keys with a fallback", Fmt("%" PRIu64 ": %" PRIu64 " over the promise, %" PRIu64
-                                  " over their class's allowance",
-                                  a.keys_with_fallback, a.keys_over_promise_with_fallback,
-                                  a.keys_over_allowance));
+  row("keys with a fallback",
+      Fmt("%" PRIu64 ": %" PRIu64 " over the promise, %" PRIu64 " over their class's allowance",
+          a.keys_with_fallback, a.keys_over_promise_with_fallback, a.keys_over_allowance));
   row("worst window with fallback", WorstText(r["worst_with_fallback"]));
   row("units admitted by fallback, by class",
       Fmt("security %" PRIu64 ", contract %" PRIu64 ", billing %" PRIu64 ", capacity %" PRIu64,
@@ -470,9 +477,11 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
   }
   if (cost.contains("gateway_us_per_decision")) {
     row("gateway library CPU per decision",
-        Fmt("%.2f us (arrival generation, %.2f us each, subtracted): %.2f cores at 50k, %.1f at 500k",
+        Fmt("%.2f us (arrival generation, %.2f us each, subtracted): %.2f cores at 50k, %.1f at "
+            "500k",
             cost["gateway_us_per_decision"].get<double>(), cost["arrival_us_each"].get<double>(),
-            cost["gateway_cores_at_50k"].get<double>(), cost["gateway_cores_at_500k"].get<double>()));
+            cost["gateway_cores_at_50k"].get<double>(),
+            cost["gateway_cores_at_500k"].get<double>()));
   }
   if (cost.contains("node_us_per_store_op")) {
     row("node CPU per store op / per frame",
@@ -486,16 +495,18 @@ Result<Json> BuildReport(const RunTotals& run, const PolicySet& policies, const 
 
 std::string SimMarkdown(const Json& r) {
   std::string md = "# limiter-bench sim: scenario " + r["scenario"].get<std::string>() + "\n\n";
-  md += Fmt("%d gateways, %d nodes (%d workers each), %.0f simulated s measured after a %.0f s warm-up, "
-            "spread %s, seed %" PRIu64 "\n\n",
-            r["gateways"].get<int>(), r["nodes"].get<int>(), r["model"]["node_threads"].get<int>(),
-            r["duration_s"].get<double>(), r["warmup_s"].get<double>(),
-            r["spread"].get<std::string>().c_str(), r["seed"].get<uint64_t>());
+  md += Fmt(
+      "%d gateways, %d nodes (%d workers each), %.0f simulated s measured after a %.0f s warm-up, "
+      "spread %s, seed %" PRIu64 "\n\n",
+      r["gateways"].get<int>(), r["nodes"].get<int>(), r["model"]["node_threads"].get<int>(),
+      r["duration_s"].get<double>(), r["warmup_s"].get<double>(),
+      r["spread"].get<std::string>().c_str(), r["seed"].get<uint64_t>());
   const Json& m = r["model"];
-  md += Fmt("Model: one-way delay log-normal, median %.0f us, sigma %.2f; a node frame costs %.2f us + "
-            "%.2f us per op.\n\n",
-            m["one_way_median_us"].get<double>(), m["one_way_sigma"].get<double>(),
-            m["node_frame_us"].get<double>(), m["node_op_us"].get<double>());
+  md += Fmt(
+      "Model: one-way delay log-normal, median %.0f us, sigma %.2f; a node frame costs %.2f us + "
+      "%.2f us per op.\n\n",
+      m["one_way_median_us"].get<double>(), m["one_way_sigma"].get<double>(),
+      m["node_frame_us"].get<double>(), m["node_op_us"].get<double>());
   if (!r["faults"].empty()) {
     md += "Faults:";
     for (const Json& f : r["faults"]) md += " `" + f.get<std::string>() + "`";
@@ -508,15 +519,17 @@ std::string SimMarkdown(const Json& r) {
   row("offered requests/s", Fmt("%.0f", r["offered_rps"].get<double>()));
   row("achieved decisions/s", Fmt("%.0f (%.3f%% of offered)", r["achieved_rps"].get<double>(),
                                   100 * r["achieved_ratio"].get<double>()));
-  row("allowed / denied / errors", Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64, r["allowed"].get<uint64_t>(),
-                                       r["denied"].get<uint64_t>(), r["errors"].get<uint64_t>()));
+  row("allowed / denied / errors",
+      Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64, r["allowed"].get<uint64_t>(),
+          r["denied"].get<uint64_t>(), r["errors"].get<uint64_t>()));
   row("by source (store / lease / fallback)",
       Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64, r["by_source"]["store"].get<uint64_t>(),
           r["by_source"]["lease"].get<uint64_t>(), r["by_source"]["fallback"].get<uint64_t>()));
   row("store operations/s", Fmt("%.0f (1 per %.1f requests)", r["store_ops_per_s"].get<double>(),
                                 1 / std::max(1e-9, r["store_ops_per_request"].get<double>())));
-  row("store-op floor/s", Fmt("%.0f (store ops %.3fx the floor)", r["store_ops_floor_per_s"].get<double>(),
-                              r["store_ops_to_floor"].get<double>()));
+  row("store-op floor/s",
+      Fmt("%.0f (store ops %.3fx the floor)", r["store_ops_floor_per_s"].get<double>(),
+          r["store_ops_to_floor"].get<double>()));
   row("simulated added latency p50 / p99 / p999 / max",
       Fmt("%" PRIu64 " / %" PRIu64 " / %" PRIu64 " / %" PRIu64 " us", r["p50_us"].get<uint64_t>(),
           r["p99_us"].get<uint64_t>(), r["p999_us"].get<uint64_t>(), r["max_us"].get<uint64_t>()));
@@ -524,11 +537,11 @@ std::string SimMarkdown(const Json& r) {
       Fmt("%" PRIu64 " of %" PRIu64 " checked", r["keys_over_promise"].get<uint64_t>(),
           r["keys_checked"].get<uint64_t>()));
   row("worst window, no fallback", WorstText(r["worst_window"]));
-  row("keys with a fallback or a reset owner", Fmt("%" PRIu64 ": %" PRIu64 " over the promise, %" PRIu64
-                                                " over their class's allowance",
-                                                r["keys_with_fallback"].get<uint64_t>(),
-                                                r["keys_over_promise_with_fallback"].get<uint64_t>(),
-                                                r["keys_over_allowance"].get<uint64_t>()));
+  row("keys with a fallback or a reset owner",
+      Fmt("%" PRIu64 ": %" PRIu64 " over the promise, %" PRIu64 " over their class's allowance",
+          r["keys_with_fallback"].get<uint64_t>(),
+          r["keys_over_promise_with_fallback"].get<uint64_t>(),
+          r["keys_over_allowance"].get<uint64_t>()));
   row("worst window with fallback", WorstText(r["worst_with_fallback"]));
   const Json& fu = r["fallback_admitted_units_by_class"];
   row("units admitted by fallback, by class",
@@ -542,18 +555,17 @@ std::string SimMarkdown(const Json& r) {
   const Json& f = r["fallbacks_by_class"];
   row("fallbacks by class",
       Fmt("security %" PRIu64 ", contract %" PRIu64 ", billing %" PRIu64 ", capacity %" PRIu64,
-          f["security"].get<uint64_t>(), f["contract"].get<uint64_t>(), f["billing"].get<uint64_t>(),
-          f["capacity"].get<uint64_t>()));
+          f["security"].get<uint64_t>(), f["contract"].get<uint64_t>(),
+          f["billing"].get<uint64_t>(), f["capacity"].get<uint64_t>()));
   for (const Json& n : r["node_load"]) {
     row("node " + n["address"].get<std::string>(),
-        Fmt("%.1f%% busy (peak second %.1f%%), %.1f ops/frame, queue wait p99 %" PRIu64 " us, max %" PRIu64
-            " us",
+        Fmt("%.1f%% busy (peak second %.1f%%), %.1f ops/frame, queue wait p99 %" PRIu64
+            " us, max %" PRIu64 " us",
             100 * n["utilization"].get<double>(), 100 * n["peak_second_utilization"].get<double>(),
             n["ops_per_frame"].get<double>(), n["queue_wait_p99_us"].get<uint64_t>(),
             n["queue_wait_max_us"].get<uint64_t>()));
   }
   return md;
 }
-
 
 }  // namespace limiter::bench

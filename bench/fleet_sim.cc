@@ -17,10 +17,10 @@
 #include "bench/fleet_report.h"
 #include "bench/report_chart.h"
 #include "client/client_core.h"
-#include "protocol/key_id.h"
 #include "common/policy_file.h"
-#include "protocol/rules.h"
+#include "protocol/key_id.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "sim/faults.h"
 
 namespace limiter::bench {
@@ -162,10 +162,10 @@ class FleetSim {
     const size_t index = a.index;
     const int64_t cost = a.cost;
     const bool checked = checked_(a);
-    gateways_[g]->DecideAsync(a.request, [this, g, kind, index, cost, checked, intended_us](
-                                             client::Decision d) {
-      Done(g, kind, index, cost, checked, intended_us, d);
-    });
+    gateways_[g]->DecideAsync(
+        a.request, [this, g, kind, index, cost, checked, intended_us](client::Decision d) {
+          Done(g, kind, index, cost, checked, intended_us, d);
+        });
   }
 
   void Done(size_t g, Kind kind, size_t index, int64_t cost, bool checked, int64_t intended_us,
@@ -179,10 +179,10 @@ class FleetSim {
     r.kind = static_cast<uint8_t>(kind);
     r.source = static_cast<uint8_t>(d.source);
     r.cost = static_cast<int32_t>(cost);
-    r.retry_after_ms = d.retry_after == client::kRetryNever
-                           ? INT32_MAX
-                           : static_cast<int32_t>(std::clamp<int64_t>(d.retry_after.count(), 0,
-                                                                      INT32_MAX));
+    r.retry_after_ms =
+        d.retry_after == client::kRetryNever
+            ? INT32_MAX
+            : static_cast<int32_t>(std::clamp<int64_t>(d.retry_after.count(), 0, INT32_MAX));
     r.allowed = d.allowed && d.error.empty();
     r.error = !d.error.empty();
     r.checked = checked;
@@ -227,7 +227,8 @@ class FleetSim {
           net_.Kill(node);
         });
         if (f.until_us >= 0) {
-          at(f.until_us, [this, node] { net_.Restart(node, NewNode(Options(static_cast<int>(node)))); });
+          at(f.until_us,
+             [this, node] { net_.Restart(node, NewNode(Options(static_cast<int>(node)))); });
         }
         break;
       case Fault::Kind::kPartition:
@@ -286,8 +287,8 @@ class FleetSim {
     if (o_.quiet) return;
     char line[200];
     std::snprintf(line, sizeof(line),
-                  "[%3" PRId64 "s] offered %7" PRIu64 "/s  decided %7" PRIu64 "/s  store ops %6" PRIu64
-                  "/s  p99 %6" PRIu64 " us  fallbacks %5" PRIu64 "%s\n",
+                  "[%3" PRId64 "s] offered %7" PRIu64 "/s  decided %7" PRIu64
+                  "/s  store ops %6" PRIu64 "/s  p99 %6" PRIu64 " us  fallbacks %5" PRIu64 "%s\n",
                   second, s.offered, s.decided, s.store_ops, s.latency->Read().Quantile(0.99),
                   s.fallbacks, second * 1e6 <= o_.warmup_s * 1e6 ? "  (warm-up)" : "");
     out << line << std::flush;
@@ -321,12 +322,12 @@ class FleetSim {
   std::vector<DecisionRecord> records_;
   std::vector<std::pair<std::vector<std::string>, size_t>> killed_rings_;
   std::vector<std::string> setup_errors_;
-
 };
 
 std::vector<std::vector<uint16_t>> FleetSim::Resets() const {
   std::vector<std::vector<uint16_t>> resets(kKinds);
-  for (int k = 0; k < kKinds; ++k) resets[static_cast<size_t>(k)].resize(workload_.count(static_cast<Kind>(k)));
+  for (int k = 0; k < kKinds; ++k)
+    resets[static_cast<size_t>(k)].resize(workload_.count(static_cast<Kind>(k)));
   const Policy* api = policies_.Find("api_key");
   for (const auto& [members, killed] : killed_rings_) {
     const Ring ring(members);
@@ -334,8 +335,9 @@ std::vector<std::vector<uint16_t>> FleetSim::Resets() const {
       const Kind kind = static_cast<Kind>(k);
       for (size_t i = 0; i < workload_.count(kind); ++i) {
         const std::string_view routing =
-            kind == kApiKey ? protocol::RoutingKey(*api, workload_.name(kind, i), workload_.tenant_of_key(i))
-                            : std::string_view(workload_.name(kind, i));
+            kind == kApiKey
+                ? protocol::RoutingKey(*api, workload_.name(kind, i), workload_.tenant_of_key(i))
+                : std::string_view(workload_.name(kind, i));
         if (ring.OwnerIndex(routing) == killed) ++resets[static_cast<size_t>(k)][i];
       }
     }
@@ -360,44 +362,49 @@ Json FleetSim::Report() const {
   const Histogram::Snapshot latency = latency_.Read();
   Json faults = Json::array();
   for (const Fault& f : faults_) faults.push_back(f.text);
-  Json r = {
-      {"mode", "sim"},
-      {"scenario", o_.scenario},
-      {"seed", o_.seed},
-      {"gateways", s_.gateways},
-      {"nodes", static_cast<int>(net_.nodes())},
-      {"rate", s_.rate},
-      {"duration_s", o_.duration_s},
-      {"warmup_s", o_.warmup_s},
-      {"spread", o_.spread},
-      {"deadline_us", o_.deadline_us},
-      {"faults", faults},
-      {"model",
-       {{"one_way_median_us", o_.model.one_way_median_us},
-        {"one_way_sigma", o_.model.one_way_sigma},
-        {"node_frame_us", o_.model.frame_us},
-        {"node_op_us", o_.model.op_us},
-        {"node_threads", o_.model.threads}}},
-      {"offered_rps", offered},
-      {"achieved_rps", achieved},
-      {"achieved_ratio", offered > 0 ? achieved / offered : 0},
-      {"allowed", allowed_},
-      {"denied", decided_measured_ - allowed_ - errors_},
-      {"errors", errors_},
-      {"by_source", {{"store", by_source_[0]}, {"lease", by_source_[1]}, {"fallback", by_source_[2]}}},
-      {"store_ops_per_s", static_cast<double>(store_ops) / span_s},
-      {"store_ops_per_request", issued_measured_ ? static_cast<double>(store_ops) / static_cast<double>(issued_measured_) : 0},
-      {"store_ops_floor", floor},
-      {"store_ops_floor_per_s", static_cast<double>(floor) / span_s},
-      {"store_ops_floor_by_kind",
-       {{"leases", floor_parts.leases}, {"checks", floor_parts.checks}, {"denials", floor_parts.denials}}},
-      {"store_ops_to_floor", floor ? static_cast<double>(store_ops) / static_cast<double>(floor) : 0},
-      {"p50_us", latency.Quantile(0.5)},
-      {"p99_us", latency.Quantile(0.99)},
-      {"p999_us", latency.Quantile(0.999)},
-      {"max_us", latency.max},
-      {"node_load", Json::array()},
-      {"per_second", Json::array()}};
+  Json r = {{"mode", "sim"},
+            {"scenario", o_.scenario},
+            {"seed", o_.seed},
+            {"gateways", s_.gateways},
+            {"nodes", static_cast<int>(net_.nodes())},
+            {"rate", s_.rate},
+            {"duration_s", o_.duration_s},
+            {"warmup_s", o_.warmup_s},
+            {"spread", o_.spread},
+            {"deadline_us", o_.deadline_us},
+            {"faults", faults},
+            {"model",
+             {{"one_way_median_us", o_.model.one_way_median_us},
+              {"one_way_sigma", o_.model.one_way_sigma},
+              {"node_frame_us", o_.model.frame_us},
+              {"node_op_us", o_.model.op_us},
+              {"node_threads", o_.model.threads}}},
+            {"offered_rps", offered},
+            {"achieved_rps", achieved},
+            {"achieved_ratio", offered > 0 ? achieved / offered : 0},
+            {"allowed", allowed_},
+            {"denied", decided_measured_ - allowed_ - errors_},
+            {"errors", errors_},
+            {"by_source",
+             {{"store", by_source_[0]}, {"lease", by_source_[1]}, {"fallback", by_source_[2]}}},
+            {"store_ops_per_s", static_cast<double>(store_ops) / span_s},
+            {"store_ops_per_request", issued_measured_ ? static_cast<double>(store_ops) /
+                                                             static_cast<double>(issued_measured_)
+                                                       : 0},
+            {"store_ops_floor", floor},
+            {"store_ops_floor_per_s", static_cast<double>(floor) / span_s},
+            {"store_ops_floor_by_kind",
+             {{"leases", floor_parts.leases},
+              {"checks", floor_parts.checks},
+              {"denials", floor_parts.denials}}},
+            {"store_ops_to_floor",
+             floor ? static_cast<double>(store_ops) / static_cast<double>(floor) : 0},
+            {"p50_us", latency.Quantile(0.5)},
+            {"p99_us", latency.Quantile(0.99)},
+            {"p999_us", latency.Quantile(0.999)},
+            {"max_us", latency.max},
+            {"node_load", Json::array()},
+            {"per_second", Json::array()}};
   r.update(AccuracyJson(a));
   if (!first_error_.empty()) r["first_error"] = first_error_;
   if (!setup_errors_.empty()) r["setup_errors"] = setup_errors_;
@@ -433,15 +440,17 @@ Json FleetSim::Report() const {
     for (const auto& [second, busy] : l.busy_by_second) peak = std::max(peak, busy);
     const double capacity_us = 1e6 * o_.model.threads;
     busiest = std::max(busiest, peak / capacity_us);
-    r["node_load"].push_back({{"address", net_.address(n)},
-                              {"frames", l.frames},
-                              {"ops", l.ops},
-                              {"ops_per_frame", l.frames ? static_cast<double>(l.ops) / static_cast<double>(l.frames) : 0},
-                              {"utilization", l.busy_us / (run_us * o_.model.threads)},
-                              {"peak_second_utilization", peak / capacity_us},
-                              {"queue_wait_p99_us", wait.Quantile(0.99)},
-                              {"queue_wait_max_us", wait.max},
-                              {"most_queued", l.most_queued}});
+    r["node_load"].push_back(
+        {{"address", net_.address(n)},
+         {"frames", l.frames},
+         {"ops", l.ops},
+         {"ops_per_frame",
+          l.frames ? static_cast<double>(l.ops) / static_cast<double>(l.frames) : 0},
+         {"utilization", l.busy_us / (run_us * o_.model.threads)},
+         {"peak_second_utilization", peak / capacity_us},
+         {"queue_wait_p99_us", wait.Quantile(0.99)},
+         {"queue_wait_max_us", wait.max},
+         {"most_queued", l.most_queued}});
   }
   r["busiest_node_peak_utilization"] = busiest;
   for (size_t i = 0; i < seconds_.size(); ++i) {
@@ -495,17 +504,19 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
   if (!KeyIdSeedUsed()) SetKeyIdSeed(kSimKeySeed);
   out << "limiter-bench sim: scenario " << o.scenario << ", " << scenario.rate << " requests/s for "
       << o.duration_s << " simulated s after " << o.warmup_s << " s warm-up, " << scenario.gateways
-      << " gateways, " << scenario.nodes << " nodes, seed " << o.seed << "\n" << std::flush;
+      << " gateways, " << scenario.nodes << " nodes, seed " << o.seed << "\n"
+      << std::flush;
   const auto wall_start = std::chrono::steady_clock::now();
   auto sim = std::make_unique<FleetSim>(o, scenario, *policies, std::move(faults).value());
   sim->Run(out);
   const Json report = sim->Report();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   const std::string md = SimMarkdown(report);
   out << '\n' << md;
   const double simulated = o.warmup_s + o.duration_s + 1;
-  out << Fmt("\nsimulated %.0f s in %.1f s of wall time: %.2f simulated s per wall s\n", simulated, wall,
-             simulated / std::max(1e-9, wall));
+  out << Fmt("\nsimulated %.0f s in %.1f s of wall time: %.2f simulated s per wall s\n", simulated,
+             wall, simulated / std::max(1e-9, wall));
   if (!o.json_file.empty()) {
     std::ofstream f(o.json_file);
     f << report.dump(2) << '\n';
@@ -517,8 +528,8 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
     if (!f) return fail("cannot write " + o.report_dir + "/report.md");
     std::vector<ChartRow> rows;
     for (const Json& s : report["per_second"]) {
-      rows.push_back({s["t"].get<double>(), s["decided"].get<uint64_t>(), s["store_ops"].get<uint64_t>(),
-                      s["p99_us"].get<uint64_t>()});
+      rows.push_back({s["t"].get<double>(), s["decided"].get<uint64_t>(),
+                      s["store_ops"].get<uint64_t>(), s["p99_us"].get<uint64_t>()});
     }
     if (Status s = WriteChart(o.report_dir, rows,
                               "limiter-bench sim " + o.scenario + ": throughput and p99");
@@ -526,8 +537,11 @@ int RunFleetSim(const FleetSimOptions& o, std::ostream& out, std::ostream& err) 
       return fail(s.error());
     }
     std::ofstream wall_file(o.report_dir + "/wall.json");
-    wall_file << Json{{"simulated_s", simulated}, {"wall_s", wall},
-                      {"simulated_s_per_wall_s", simulated / std::max(1e-9, wall)}}.dump(2) << '\n';
+    wall_file << Json{{"simulated_s", simulated},
+                      {"wall_s", wall},
+                      {"simulated_s_per_wall_s", simulated / std::max(1e-9, wall)}}
+                     .dump(2)
+              << '\n';
     out << "report: " << o.report_dir << "/report.md, chart.png (wall time in wall.json)\n";
   }
   return 0;

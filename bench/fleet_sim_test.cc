@@ -1,7 +1,6 @@
 // Short runs of `limiter-bench sim`: the report repeats exactly under a seed, the promise
 // holds with and without faults, and bad options are refused with their reason.
 #include "bench/fleet_sim.h"
-#include "test/support/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "test/support/build_paths.h"
 
 namespace limiter::bench {
 namespace {

@@ -33,7 +33,7 @@ void Measure(SteadyClock::time_point start, uint64_t wakeups, const HiccupOption
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(result->cpu, &set);
-  sched_setaffinity(0, sizeof(set), &set);  // the calling thread
+  sched_setaffinity(0, sizeof(set), &set);   // the calling thread
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // as the open-loop load: no 50 us of slack
   const std::chrono::microseconds period(o.period_us);
   for (uint64_t k = 0; k < wakeups; ++k) {

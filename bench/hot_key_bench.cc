@@ -16,8 +16,8 @@
 #include "bench/node_load.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "protocol/wire.h"
 
 namespace limiter::bench {
@@ -36,7 +36,7 @@ struct SplitView {
   uint32_t epoch = 0;
   Clock::time_point valid_until;
   Clock::time_point renew_at;
-  uint32_t next = 0;   // the sub-bucket of the next op
+  uint32_t next = 0;  // the sub-bucket of the next op
   int64_t unreported = 0;
   std::vector<size_t> owners;  // of each sub-bucket ("key#i"), found once per k
 };
@@ -67,14 +67,19 @@ std::string KeyOf(int key) { return "h" + std::to_string(key); }
 class LoadThread {
  public:
   LoadThread(const HotKeyBenchOptions& o, const Ring& ring, uint64_t seed)
-      : o_(o), ring_(ring), rng_(seed), views_(static_cast<size_t>(o.keys)), nodes_(ring.members().size()) {
+      : o_(o),
+        ring_(ring),
+        rng_(seed),
+        views_(static_cast<size_t>(o.keys)),
+        nodes_(ring.members().size()) {
     for (int k = 0; k < o.keys; ++k) names_.push_back(KeyOf(k));
     counts_.by_node.assign(ring.members().size(), 0);
   }
 
   Status Connect() {
     for (size_t n = 0; n < nodes_.size(); ++n) {
-      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(ring_.members()[n], 5000, o_.access);
+      Result<std::unique_ptr<NodeConnection>> c =
+          NodeConnection::Connect(ring_.members()[n], 5000, o_.access);
       if (!c) return Error{ring_.members()[n] + ": " + c.error()};
       nodes_[n].connection = std::move(c).value();
     }
@@ -90,7 +95,8 @@ class LoadThread {
     std::uniform_real_distribution<double> draw(0, o_.hot_ratio + o_.keys - 1);
     for (int i = 0; i < o_.batch; ++i) {
       const double u = draw(rng_);
-      const int key = u < o_.hot_ratio ? 0 : std::min(o_.keys - 1, 1 + static_cast<int>(u - o_.hot_ratio));
+      const int key =
+          u < o_.hot_ratio ? 0 : std::min(o_.keys - 1, 1 + static_cast<int>(u - o_.hot_ratio));
       SplitView& view = views_[static_cast<size_t>(key)];
       size_t n;
       if (view.k != 0 && now < view.valid_until) {
@@ -161,7 +167,8 @@ class LoadThread {
       return Error{member + ": a reply with the wrong number of ops"};
     }
     if (sent.renewed_key != kChecks) {
-      Learn(views_[static_cast<size_t>(sent.renewed_key)], sent.renewed_key, *r.ops()->Get(0), Clock::now());
+      Learn(views_[static_cast<size_t>(sent.renewed_key)], sent.renewed_key, *r.ops()->Get(0),
+            Clock::now());
       return Status::Ok();
     }
     for (size_t i = 0; i < sent.keys.size(); ++i) {
@@ -250,7 +257,8 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
 
   std::vector<std::unique_ptr<LoadThread>> loads;
   for (int t = 0; t < o.connections; ++t) {
-    loads.push_back(std::make_unique<LoadThread>(o, ring, o.seed * 7919 + static_cast<uint64_t>(t)));
+    loads.push_back(
+        std::make_unique<LoadThread>(o, ring, o.seed * 7919 + static_cast<uint64_t>(t)));
     if (Status s = loads.back()->Connect(); !s.ok()) return s;
   }
   // Warm up: until the hot key is split (split run), or for one second.
@@ -274,7 +282,8 @@ Result<RunResult> RunOnce(const HotKeyBenchOptions& o, bool split) {
   }
   const Clock::time_point warm_start = Clock::now();
   const Clock::time_point warm_min = warm_start + std::chrono::seconds(1);
-  while (Clock::now() < warm_min || (split && !split_seen && Clock::now() < warm_start + kSplitWait)) {
+  while (Clock::now() < warm_min ||
+         (split && !split_seen && Clock::now() < warm_start + kSplitWait)) {
     if (phase == 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -326,7 +335,8 @@ double BusiestShare(const RunResult& r) {
 nlohmann::json ToJson(const RunResult& r) {
   std::vector<double> shares;
   for (uint64_t n : r.counts.by_node) {
-    shares.push_back(r.counts.checks ? static_cast<double>(n) / static_cast<double>(r.counts.checks) : 0);
+    shares.push_back(r.counts.checks ? static_cast<double>(n) / static_cast<double>(r.counts.checks)
+                                     : 0);
   }
   return {{"checks_per_s", static_cast<double>(r.counts.checks) / r.seconds},
           {"hot_checks_per_s", static_cast<double>(r.counts.hot_checks) / r.seconds},
@@ -344,7 +354,9 @@ void PrintRow(std::ostream& out, const char* name, const RunResult& r) {
   std::string shares;
   for (uint64_t n : r.counts.by_node) {
     std::snprintf(line, sizeof(line), "%s%.0f%%", shares.empty() ? "" : " ",
-                  r.counts.checks ? 100.0 * static_cast<double>(n) / static_cast<double>(r.counts.checks) : 0.0);
+                  r.counts.checks
+                      ? 100.0 * static_cast<double>(n) / static_cast<double>(r.counts.checks)
+                      : 0.0);
     shares += line;
   }
   std::string cpus;
@@ -361,7 +373,8 @@ void PrintRow(std::ostream& out, const char* name, const RunResult& r) {
                 static_cast<double>(r.counts.checks) / r.seconds,
                 static_cast<double>(r.counts.hot_checks) / r.seconds, shares.c_str(), cpus.c_str());
   out << line;
-  if (r.counts.errors > 0) out << "  errors: " << r.counts.errors << " (first: " << r.counts.first_error << ")\n";
+  if (r.counts.errors > 0)
+    out << "  errors: " << r.counts.errors << " (first: " << r.counts.first_error << ")\n";
 }
 
 }  // namespace
@@ -407,7 +420,9 @@ int RunHotKeyBench(const HotKeyBenchOptions& o, std::ostream& out, std::ostream&
                 "%d nodes (%d thread%s each%s), %d keys, one at %gx the others' rate, %d checks "
                 "a frame, %d in flight per node, %d load threads, %g s each run\n\n",
                 o.nodes, o.node_threads, o.node_threads == 1 ? "" : "s",
-                o.node_cpu > 0 ? (", " + std::to_string(o.node_cpu).substr(0, 4) + " CPU budget").c_str() : "",
+                o.node_cpu > 0
+                    ? (", " + std::to_string(o.node_cpu).substr(0, 4) + " CPU budget").c_str()
+                    : "",
                 o.keys, o.hot_ratio, o.batch, o.depth, o.connections, o.duration_s);
   out << line;
   out << "run             checks/s  hot checks/s   share of checks by node  CPUs used by node\n";

@@ -34,8 +34,8 @@ struct HotKeyBenchOptions {
   double duration_s = 5;
   int split_k = 32;
   int64_t split_above = 20'000;  // ops/s of one key on one node that split it
-  bool pin = false;  // each node on a CPU of its own (taskset)
-  double node_cpu = 0;  // > 0: each node limited to this many CPUs (a cgroup quota)
+  bool pin = false;              // each node on a CPU of its own (taskset)
+  double node_cpu = 0;           // > 0: each node limited to this many CPUs (a cgroup quota)
   uint64_t seed = 1;
   bool json = false;
 };

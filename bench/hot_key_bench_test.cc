@@ -1,5 +1,7 @@
 // `limiter-bench hotkey` end to end on a local 3-node cluster: a short run of both halves
 // (splitting off, then on), checking what the report says rather than how fast it was.
+#include "bench/hot_key_bench.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/hot_key_bench.h"
 #include "test/support/build_paths.h"
 
 namespace limiter::bench {

@@ -1,7 +1,8 @@
 // limiter-bench: load generator for limiterd. Flag parsing only; the harness is
 // limiter_bench_lib (bench/node_bench.h).
-#include <CLI/CLI.hpp>
 #include <stdlib.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
 
@@ -12,8 +13,8 @@
 #include "bench/hot_key_bench.h"
 #include "bench/node_bench.h"
 #include "bench/regions_bench.h"
-#include "protocol/node_access.h"
 #include "common/member_list.h"
+#include "protocol/node_access.h"
 
 int main(int argc, char** argv) {
   // A peer that goes away is an error reply from send(), not a signal.
@@ -136,7 +137,9 @@ int main(int argc, char** argv) {
   hot->add_option("--limiterd", h.limiterd, "limiterd binary (default: next to this one)");
   hot->add_option("--policies", h.policies, "The nodes' policy file")->capture_default_str();
   hot->add_option("--policy", h.policy, "Policy the checks name")->capture_default_str();
-  hot->add_option("--nodes", h.nodes, "Local nodes")->capture_default_str()->check(CLI::Range(1, 16));
+  hot->add_option("--nodes", h.nodes, "Local nodes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   hot->add_option("--node-threads", h.node_threads, "--threads of each node")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -205,8 +208,10 @@ int main(int argc, char** argv) {
   cluster->add_option("--limiterd", c.limiterd, "limiterd binary (default: next to this one)");
   cluster->add_option("--policies", c.policies, "Policy file of nodes and gateways")
       ->capture_default_str();
-  cluster->add_option("--spread", c.spread,
-                      "How requests reach gateways: even (round robin), random, or sticky (each key from one gateway)")
+  cluster
+      ->add_option("--spread", c.spread,
+                   "How requests reach gateways: even (round robin), random, or sticky (each key "
+                   "from one gateway)")
       ->capture_default_str();
   cluster->add_option("--json", c.json_file, "Also write the report as JSON to this file");
   cluster->add_option("--report", c.report_dir,
@@ -239,8 +244,9 @@ int main(int argc, char** argv) {
   limiter::bench::FleetSimOptions sim_o;
   sim_o.policies = LIMITER_CLUSTER_POLICIES;
   CLI::App* sim = app.add_subcommand(
-      "sim", "The 50k or 500k scenario in simulated time: every gateway and node with the real "
-             "code, modelled network and node queues, faults; deterministic");
+      "sim",
+      "The 50k or 500k scenario in simulated time: every gateway and node with the real "
+      "code, modelled network and node queues, faults; deterministic");
   sim->add_option("--scenario", sim_o.scenario, "50k or 500k")
       ->capture_default_str()
       ->check(CLI::IsMember({"50k", "500k"}));
@@ -271,7 +277,8 @@ int main(int argc, char** argv) {
                   "Median one-way network delay (a round trip is two)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1e6));
-  sim->add_option("--delay-sigma", sim_o.model.one_way_sigma, "Log-normal shape of each delay: the tail")
+  sim->add_option("--delay-sigma", sim_o.model.one_way_sigma,
+                  "Log-normal shape of each delay: the tail")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3.0));
   sim->add_option("--node-frame-us", sim_o.model.frame_us,
@@ -293,19 +300,25 @@ int main(int argc, char** argv) {
   CLI::App* regions = app.add_subcommand(
       "regions", "Regions sharing one global limit through delay proxies; demand that moves");
   regions->add_option("--regions", g.regions, "Regions, one local node each")
-      ->capture_default_str()->check(CLI::Range(2, 8));
+      ->capture_default_str()
+      ->check(CLI::Range(2, 8));
   regions->add_option("--delay-ms", g.delay_ms, "Between any two regions, each way")
-      ->capture_default_str()->check(CLI::Range(0, 2000));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2000));
   regions->add_option("--limit", g.limit, "The global limit, per second")->capture_default_str();
   regions->add_option("--burst", g.burst, "Its burst")->capture_default_str();
   regions->add_option("--hot", g.hot, "Requests/s of the hot region")->capture_default_str();
   regions->add_option("--warm", g.warm, "Of the next one")->capture_default_str();
   regions->add_option("--cold", g.cold, "Of the others")->capture_default_str();
   regions->add_option("--phase", g.phase_s, "Seconds before the hot region moves on")
-      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
-  regions->add_option("--phases", g.phases, "Phases")->capture_default_str()->check(CLI::Range(1, 100));
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
+  regions->add_option("--phases", g.phases, "Phases")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   regions->add_option("--interval-ms", g.interval_ms, "The nodes' rebalance_interval")
-      ->capture_default_str()->check(CLI::Range(100, 60000));
+      ->capture_default_str()
+      ->check(CLI::Range(100, 60000));
   regions->add_option("--limiterd", g.limiterd, "limiterd binary (default: next to this one)");
   regions->add_option("--json", g.json_file, "Also write the report as JSON to this file");
 
@@ -313,11 +326,14 @@ int main(int argc, char** argv) {
   CLI::App* hiccups = app.add_subcommand(
       "hiccups", "The machine alone: how late a thread on each CPU wakes against its schedule");
   hiccups->add_option("--duration", hiccup_o.duration_s, "Seconds")
-      ->capture_default_str()->check(CLI::Range(0.01, 86400.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 86400.0));
   hiccups->add_option("--period-us", hiccup_o.period_us, "A wake-up every this many us")
-      ->capture_default_str()->check(CLI::Range(int64_t{10}, int64_t{1'000'000}));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{1'000'000}));
   hiccups->add_option("--stall-us", hiccup_o.stall_us, "Count wake-ups at least this late")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{60'000'000}));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{60'000'000}));
 
   std::string secret_file, peer_secret_file;
   app.add_option("--secret-file", secret_file,

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "bench/load_loop.h"
 
 #include <poll.h>
@@ -14,6 +13,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace limiter::bench {
 namespace {

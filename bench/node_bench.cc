@@ -132,9 +132,10 @@ void WriteText(const NodeBenchOptions& o, const Report& r, std::ostream& out) {
   if (s.rate > 0 && cpus > 0 && o.connections > cpus) {
     // Each open-loop connection is a thread that sleeps until its next send or reply; more
     // of them than CPUs wait for each other, and that wait shows as latency.
-    out << Format("note:   %d connection threads share %d CPU%s, so their own wake-ups add to the "
-                  "latency below; --connections %d keeps them apart\n",
-                  o.connections, cpus, cpus == 1 ? "" : "s", cpus);
+    out << Format(
+        "note:   %d connection threads share %d CPU%s, so their own wake-ups add to the "
+        "latency below; --connections %d keeps them apart\n",
+        o.connections, cpus, cpus == 1 ? "" : "s", cpus);
   }
 
   const MemoryReport& m = r.memory;

@@ -310,19 +310,19 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 Result<std::unique_ptr<CpuBudget>> CpuBudget::Apply(int pid, double cores) {
   if (!(cores > 0)) return Error{"a CPU budget must be positive"};
-  const std::string dir =
-      std::string(kCpuCgroupRoot) + "/limiter-bench-" + std::to_string(::getpid()) + "-" +
-      std::to_string(pid);
+  const std::string dir = std::string(kCpuCgroupRoot) + "/limiter-bench-" +
+                          std::to_string(::getpid()) + "-" + std::to_string(pid);
   std::error_code ec;
   if (!std::filesystem::create_directory(dir, ec) || ec) {
-    return Error{"cannot create the cgroup " + dir + " (needs root and cgroup v1 'cpu'): " +
-                 (ec ? ec.message() : "it exists")};
+    return Error{"cannot create the cgroup " + dir +
+                 " (needs root and cgroup v1 'cpu'): " + (ec ? ec.message() : "it exists")};
   }
   std::unique_ptr<CpuBudget> budget(new CpuBudget(dir, pid));
   // The kernel takes no quota under 1 ms: small budgets get a longer period instead.
-  const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinCfsQuotaUs / cores)),
-                                             kCfsPeriodUs, kMaxCfsPeriodUs);
-  const int64_t quota = std::max<int64_t>(kMinCfsQuotaUs, std::llround(cores * static_cast<double>(period)));
+  const int64_t period = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(kMinCfsQuotaUs / cores)), kCfsPeriodUs, kMaxCfsPeriodUs);
+  const int64_t quota =
+      std::max<int64_t>(kMinCfsQuotaUs, std::llround(cores * static_cast<double>(period)));
   if (Status s = WriteText(dir + "/cpu.cfs_period_us", std::to_string(period)); !s.ok()) return s;
   if (Status s = WriteText(dir + "/cpu.cfs_quota_us", std::to_string(quota)); !s.ok()) return s;
   if (Status s = WriteText(dir + "/cgroup.procs", std::to_string(pid)); !s.ok()) return s;
@@ -393,7 +393,8 @@ std::string DefaultLimiterdPath() {
 }
 
 std::optional<double> CpuSeconds(int pid) {
-  Result<std::string> stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat", "process stat");
+  Result<std::string> stat =
+      ReadWholeFile("/proc/" + std::to_string(pid) + "/stat", "process stat");
   if (!stat) return std::nullopt;
   // Fields after the command name (which may hold spaces) start after the last ')'.
   const size_t close = stat->rfind(')');

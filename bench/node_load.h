@@ -79,8 +79,8 @@ struct NodeStats {
   int64_t keys = 0;
   int64_t resident_bytes = 0;
   int64_t evictions = 0;
-  int64_t frames = 0;     // request frames handled
-  int64_t store_ops = 0;  // CHECK, LEASE and RETURN ops answered
+  int64_t frames = 0;                       // request frames handled
+  int64_t store_ops = 0;                    // CHECK, LEASE and RETURN ops answered
   std::optional<NodeDurableStats> durable;  // when the node has a database
 };
 // Takes one STATS counter into `stats`; false when it is not one NodeStats keeps.
@@ -108,8 +108,8 @@ class CpuBudget {
 
 struct LocalNode {
   std::unique_ptr<Subprocess> process;
-  std::string address;  // HOST:PORT for clients
-  std::string banner;   // the line it printed on start
+  std::string address;                // HOST:PORT for clients
+  std::string banner;                 // the line it printed on start
   std::unique_ptr<CpuBudget> budget;  // destroyed first: the process is still there to move
 };
 
@@ -124,10 +124,10 @@ struct LocalNodeOptions {
   std::string program;   // the limiterd binary
   std::string policies;  // policy file
   int64_t max_keys = 0;
-  int threads = 0;  // 0: limiterd's default
+  int threads = 0;                      // 0: limiterd's default
   std::vector<std::string> extra_args;  // more limiterd flags
   int start_timeout_ms = 10'000;  // until its "listening" line (a data dir's WAL replays first)
-  double cpu_budget = 0;  // > 0: each node limited to this many CPUs (CpuBudget)
+  double cpu_budget = 0;          // > 0: each node limited to this many CPUs (CpuBudget)
   // StartLocalCluster: run node i on CPU i modulo the CPU count (with taskset), so each node
   // has a core of its own where the machine has enough of them.
   bool pin = false;

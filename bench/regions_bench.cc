@@ -1,6 +1,5 @@
 #include "bench/regions_bench.h"
 
-#include <nlohmann/json.hpp>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <fstream>
 #include <iomanip>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -19,11 +19,11 @@
 
 #include "bench/delay_proxy.h"
 #include "bench/node_load.h"
+#include "common/promise_check.h"
+#include "limiter/client/client.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "common/promise_check.h"
 #include "protocol/wire.h"
-#include "limiter/client/client.h"
 
 namespace limiter::bench {
 namespace {
@@ -162,7 +162,8 @@ int RunRegionsBench(const RegionsBenchOptions& o, std::ostream& out, std::ostrea
           const int64_t s = NowUs();
           const client::Decision d = r.client->Decide({"partner", "acme"});
           const int64_t e = NowUs();
-          const size_t second = std::min(seconds - 1, static_cast<size_t>((s - start_us) / 1'000'000));
+          const size_t second =
+              std::min(seconds - 1, static_cast<size_t>((s - start_us) / 1'000'000));
           ++r.offered[second];
           if (d.source == client::Source::kFallback) ++r.fallbacks;
           if (!d.allowed) continue;
@@ -175,7 +176,8 @@ int RunRegionsBench(const RegionsBenchOptions& o, std::ostream& out, std::ostrea
   // The shares, once a second, just before each second ends.
   std::vector<std::unique_ptr<NodeConnection>> asking;
   for (RegionRun& r : regions) {
-    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(r.node.address, 2000, o.access);
+    Result<std::unique_ptr<NodeConnection>> c =
+        NodeConnection::Connect(r.node.address, 2000, o.access);
     asking.push_back(c ? std::move(c).value() : nullptr);
   }
   for (size_t s = 0; s < seconds; ++s) {

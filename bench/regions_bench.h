@@ -22,10 +22,10 @@ struct RegionsBenchOptions {
   int64_t limit = 120;   // the global limit, per second
   int64_t burst = 12;
   double hot = 1000, warm = 50, cold = 10;  // requests/s offered by the regions of a phase
-  double phase_s = 15;   // seconds per phase
-  int phases = 3;        // the hot region moves to the next one each phase
-  int64_t interval_ms = 2000;  // the nodes' rebalance_interval
-  std::string json_file;       // also write the report as JSON here
+  double phase_s = 15;                      // seconds per phase
+  int phases = 3;                           // the hot region moves to the next one each phase
+  int64_t interval_ms = 2000;               // the nodes' rebalance_interval
+  std::string json_file;                    // also write the report as JSON here
 };
 
 // Writes the report to `out`, errors to `err`. Returns 0, 1 when a node could not be started,

@@ -25,7 +25,8 @@ Status WriteChart(const std::string& dir, const std::vector<ChartRow>& rows,
       << "set output '" << dir << "/chart.png'\n"
       << "set title '" << title << "'\n"
       << "set xlabel 'seconds'\nset ylabel 'decisions/s'\nset y2label 'p99 added latency (us)'\n"
-      << "set ytics nomirror\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\nset key bottom right\n"
+      << "set ytics nomirror\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\nset key bottom "
+         "right\n"
       << "plot '" << tsv << "' using 1:2 with linespoints title 'decisions/s' axes x1y1, \\\n"
       << "     '" << tsv << "' using 1:3 with linespoints title 'store ops/s' axes x1y1, \\\n"
       << "     '" << tsv << "' using 1:4 with linespoints title 'p99 (us)' axes x1y2\n";

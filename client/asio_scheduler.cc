@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "client/asio_scheduler.h"
 
 #include <time.h>
@@ -10,6 +9,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace limiter {
 

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "client/billing_journal.h"
 
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cstring>
 
 #include "client/journal_files.h"
+#include "common/mutex.h"
 
 namespace limiter {
 namespace {
@@ -509,7 +509,7 @@ Status BillingJournal::FinishRewrite() {
   if (old < 0) return abandon(fd, why);
   {
     MutexLock lock(sync_mu_);  // not under an fdatasync of it
-    ::close(old);  // and its flock: the new file holds one since it was made
+    ::close(old);              // and its flock: the new file holds one since it was made
   }
   if (!journal_files::SyncDirectoryOf(file_path_)) {
     Fail(Errno("fsync of the directory after a rewrite"));

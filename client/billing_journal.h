@@ -53,8 +53,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/mutex.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "limiter/status.h"
 
 namespace limiter {

@@ -5,14 +5,14 @@
 #include <optional>
 #include <thread>
 
-#include "common/mutex.h"
 #include "client/asio_scheduler.h"
 #include "client/billing_journal.h"
 #include "client/client_core.h"
 #include "client/tcp_transport.h"
-#include "protocol/node_access.h"
 #include "common/member_list.h"
+#include "common/mutex.h"
 #include "common/policy_file.h"
+#include "protocol/node_access.h"
 
 namespace limiter::client {
 namespace {

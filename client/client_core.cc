@@ -443,7 +443,8 @@ void ClientCore::RenewSplit(const KeyId& split_id) {
     // Asked again with a later op; the view lapses by itself meanwhile.
     return splits_.RenewalFailed(split_id);
   }
-  Call(owner, OpSpec::Split(renewal->policy->name, renewal->key, renewal->sent), options_.deadline_us,
+  Call(owner, OpSpec::Split(renewal->policy->name, renewal->key, renewal->sent),
+       options_.deadline_us,
        [this, split_id, policy = renewal->policy, key = renewal->key](CallResult result) {
          if (result.status == CallStatus::kOk && result.answer.status == OpAnswer::Status::kOk) {
            splits_.Learn(*policy, key, result.answer, scheduler_.NowUs());
@@ -584,13 +585,13 @@ void ClientCore::Probe(const std::string& address) {
       });
   transport_.Send(address, OpSpec::About(OpKind::kStats),
                   [this, address, finished, timer, retry](CallResult result) {
-    if (*finished) return;
-    scheduler_.Cancel(timer);
-    if (result.status != CallStatus::kOk) return retry();
-    *finished = true;
-    routing_.MarkUp(address);
-    Reconcile(address);
-  });
+                    if (*finished) return;
+                    scheduler_.Cancel(timer);
+                    if (result.status != CallStatus::kOk) return retry();
+                    *finished = true;
+                    routing_.MarkUp(address);
+                    Reconcile(address);
+                  });
 }
 
 void ClientCore::Reconcile(const std::string& address) {

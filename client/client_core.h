@@ -39,8 +39,8 @@
 #include "client/split_views.h"
 #include "client/transport.h"
 #include "common/policy.h"
-#include "protocol/ring.h"
 #include "limiter/client/client.h"
+#include "protocol/ring.h"
 
 namespace limiter {
 
@@ -173,8 +173,7 @@ class ClientCore {
   // counted as a missed wait when it may be new.
   std::optional<int64_t> WaitForNewSubBucket(const Policy& p, std::string_view key,
                                              const SubBucket& sub, const OpAnswer& a,
-                                             int64_t deadline_at_us, CallTries& tries,
-                                             bool lease);
+                                             int64_t deadline_at_us, CallTries& tries, bool lease);
 
   // Sends op with a deadline; `done` runs once on the scheduler's thread. A miss counts
   // against the node's health only when the call had the whole deadline. `late`, when set,

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "client/fallbacks.h"
 
 #include <algorithm>
@@ -6,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/mutex.h"
 #include "protocol/rules.h"
 
 namespace limiter {

@@ -28,15 +28,15 @@
 #include <utility>
 #include <vector>
 
-#include "common/mutex.h"
 #include "client/billing_journal.h"
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
 #include "client/scheduler.h"
-#include "protocol/key_id.h"
 #include "common/key_limiter.h"
+#include "common/mutex.h"
 #include "common/policy.h"
 #include "limiter/client/client.h"
+#include "protocol/key_id.h"
 
 namespace limiter {
 
@@ -117,7 +117,7 @@ class Fallbacks {
   mutable Mutex mu_;
   std::unordered_map<KeyId, LocalLimit, KeyIdHash> limits_ LIMITER_GUARDED_BY(mu_);
   size_t sweep_at_ LIMITER_GUARDED_BY(mu_) = 64;
-  std::vector<std::unique_ptr<Shedder>> shedders_;           // per policy; own mutexes
+  std::vector<std::unique_ptr<Shedder>> shedders_;  // per policy; own mutexes
 
   const size_t max_debts_;
   mutable Mutex debts_mu_;

@@ -22,9 +22,12 @@ std::string Quoted(const std::string& s) {
 
 std::string_view SourceName(Source source) {
   switch (source) {
-    case Source::kStore: return "store";
-    case Source::kLease: return "lease";
-    case Source::kFallback: return "fallback";
+    case Source::kStore:
+      return "store";
+    case Source::kLease:
+      return "lease";
+    case Source::kFallback:
+      return "fallback";
   }
   return "unknown";
 }
@@ -33,10 +36,12 @@ HttpRateLimit RenderHttp(const Decision& d) {
   HttpRateLimit h;
   const std::string name = Quoted(std::string(d.policy));
   if (d.limit > 0) {
-    h.headers.emplace_back("RateLimit-Policy", name + ";q=" + std::to_string(d.limit) + ";w=" +
-                                                   std::to_string(std::max<int64_t>(1, (d.window_ms + 999) / 1000)));
-    h.headers.emplace_back("RateLimit", name + ";r=" + std::to_string(std::max<int64_t>(0, d.remaining)) +
-                                            ";t=" + std::to_string(CeilSeconds(d.reset)));
+    h.headers.emplace_back("RateLimit-Policy",
+                           name + ";q=" + std::to_string(d.limit) + ";w=" +
+                               std::to_string(std::max<int64_t>(1, (d.window_ms + 999) / 1000)));
+    h.headers.emplace_back("RateLimit",
+                           name + ";r=" + std::to_string(std::max<int64_t>(0, d.remaining)) +
+                               ";t=" + std::to_string(CeilSeconds(d.reset)));
   }
   if (d.allowed) return h;
   h.status = 429;

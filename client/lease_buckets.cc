@@ -1,10 +1,10 @@
-#include "common/mutex.h"
 #include "client/lease_buckets.h"
 
 #include <algorithm>
 
 #include "common/key_limiter.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 
 namespace limiter {
 namespace {
@@ -82,7 +82,7 @@ struct alignas(64) LeaseBuckets::Bucket {  // own cache lines: other threads' ke
   int64_t last_reply_us = 0;
   int64_t spent_since_reply = 0;
   std::vector<Waiter> waiters;  // oldest first (a vector: nothing allocated until one waits)
-  int64_t waiting_units = 0;  // sum of the waiters' costs
+  int64_t waiting_units = 0;    // sum of the waiters' costs
   bool timer_armed = false;
 
   void Expire(int64_t now_us, uint64_t* expired) {
@@ -197,8 +197,8 @@ bool LeaseBuckets::TrySpend(const ResolvedRequest& r, int64_t now_us, client::De
   return it != shard.buckets.end() && Spend(shard, it->second, r.cost, now_us, out, refill);
 }
 
-LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us,
-                                              Done& done, client::Decision* out, bool* refill,
+LeaseBuckets::Step LeaseBuckets::SpendOrQueue(const ResolvedRequest& r, int64_t now_us, Done& done,
+                                              client::Decision* out, bool* refill,
                                               bool* start_lease,
                                               const std::function<bool()>& owner_up) {
   Shard& shard = ShardOf(r.id);
@@ -294,8 +294,8 @@ void LeaseBuckets::ServeWaiters(Bucket& b, bool owner_short, int64_t now_us, Set
 }
 
 void LeaseBuckets::Keep(Bucket& b, const Grant& g, int64_t now_us) {
-  b.batches.push_back({g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id,
-                       g.granted, g.sub});
+  b.batches.push_back(
+      {g.granted, now_us + g.lease_ttl_ms * 1000, g.granted_at_ms, g.lease_id, g.granted, g.sub});
   b.units += g.granted;
   ClientCounters::Add(counters_.leases);
   ClientCounters::Add(counters_.units_leased, static_cast<uint64_t>(g.granted));
@@ -324,10 +324,9 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
     // An empty sub-bucket is one of k, not the fleet out of units: lease again once one unit
     // is back there (retry_after for a sub-bucket is for one unit, GrantOf), not after a
     // fleet share's refill.
-    b.next_lease_us = !owner_short ? 0
-                      : g.sub.k != 0
-                          ? now_us + std::max<int64_t>(1, g.retry_after_ms) * 1000
-                          : Backoff(b, p, g.retry_after_ms, now_us, id);
+    b.next_lease_us = !owner_short   ? 0
+                      : g.sub.k != 0 ? now_us + std::max<int64_t>(1, g.retry_after_ms) * 1000
+                                     : Backoff(b, p, g.retry_after_ms, now_us, id);
     b.Expire(now_us, &shard.expired);
     ServeWaiters(b, owner_short, now_us, s);
     if (owner_short && g.denied_by != nullptr) {
@@ -351,8 +350,8 @@ LeaseBuckets::Settled LeaseBuckets::OnGrant(const KeyId& id, const Grant& g, int
   });
 }
 
-LeaseBuckets::Settled LeaseBuckets::OnLateGrant(const KeyId& id, const Ask& ask,
-                                                const Grant& g, int64_t now_us) {
+LeaseBuckets::Settled LeaseBuckets::OnLateGrant(const KeyId& id, const Ask& ask, const Grant& g,
+                                                int64_t now_us) {
   Settled s;
   if (g.granted <= 0) return s;
   Shard& shard = ShardOf(id);

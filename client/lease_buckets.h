@@ -34,10 +34,10 @@
 
 #include "client/client_counters.h"
 #include "client/resolved_request.h"
-#include "protocol/sub_bucket.h"
-#include "protocol/key_id.h"
 #include "common/policy.h"
 #include "limiter/client/client.h"
+#include "protocol/key_id.h"
+#include "protocol/sub_bucket.h"
 
 namespace limiter {
 

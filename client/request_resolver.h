@@ -39,9 +39,9 @@ class RequestResolver {
 
   // What a request without an operation needs of its policy, worked out once.
   struct Facts {
-    uint64_t id_seed = 0;     // its part of its keys' ids (protocol::PolicyIdSeed)
-    bool leases = false;      // every limit of its chain leases (PolicySet::LeasesAlike)
-    int64_t most = 0;         // the largest cost every limit of its chain can ever admit
+    uint64_t id_seed = 0;  // its part of its keys' ids (protocol::PolicyIdSeed)
+    bool leases = false;   // every limit of its chain leases (PolicySet::LeasesAlike)
+    int64_t most = 0;      // the largest cost every limit of its chain can ever admit
   };
   const PolicySet& policies_;
   const uint64_t instance_;  // tells this resolver's names apart in the threads' caches

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "protocol/key_id.h"
 #include "common/policy.h"
+#include "protocol/key_id.h"
 #include "protocol/rules.h"
 
 namespace limiter {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "protocol/rules.h"
 #include "common/rate.h"
+#include "protocol/rules.h"
 
 namespace limiter {
 
@@ -47,7 +47,8 @@ void SplitViews::Learn(const Policy& p, std::string_view key, const OpAnswer& a,
   NoteViews();
   if (view.sub.epoch != a.split_epoch || view.sub.k != a.split_k) {
     // Gateways start apart: each at its own place, the same for all its keys' splits.
-    view.sub.index = static_cast<uint16_t>((split_id.lo + salt_ * 0x9e3779b97f4a7c15ULL) % a.split_k);
+    view.sub.index =
+        static_cast<uint16_t>((split_id.lo + salt_ * 0x9e3779b97f4a7c15ULL) % a.split_k);
     view.opened = 0;  // other sub-buckets
   }
   view.policy = &p;

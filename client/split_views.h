@@ -10,18 +10,18 @@
 // (nearly always) answers Pick from an atomic flag, with no lock.
 #pragma once
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
-#include "protocol/sub_bucket.h"
 #include "client/transport.h"
-#include "protocol/key_id.h"
 #include "common/mutex.h"
 #include "common/policy.h"
+#include "protocol/key_id.h"
+#include "protocol/sub_bucket.h"
 
 namespace limiter {
 

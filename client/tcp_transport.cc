@@ -7,11 +7,11 @@
 #include <optional>
 #include <vector>
 
-#include "protocol/handshake.h"
-#include "protocol/request_builder.h"
-#include "protocol/op.h"
 #include "protocol/frame_codec.h"
+#include "protocol/handshake.h"
+#include "protocol/op.h"
 #include "protocol/read_buffer.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 
 namespace limiter {
@@ -100,9 +100,9 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
       socket_.async_read_some(space, std::move(handler));
       return;
     }
-    tls_->async_read_some(space,
-                          [stream = tls_, handler = std::move(handler)](
-                              const asio::error_code& ec, size_t n) mutable { handler(ec, n); });
+    tls_->async_read_some(
+        space, [stream = tls_, handler = std::move(handler)](const asio::error_code& ec,
+                                                             size_t n) mutable { handler(ec, n); });
   }
 
   void Flush() {
@@ -125,13 +125,12 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     asio::error_code ec;
     const asio::ip::address ip = asio::ip::make_address(host, ec);
     unsigned port = 0;
-    auto [end, perr] = std::from_chars(address_.data() + colon + 1,
-                                       address_.data() + address_.size(), port);
+    auto [end, perr] =
+        std::from_chars(address_.data() + colon + 1, address_.data() + address_.size(), port);
     if (!ec && perr == std::errc() && port <= 65535) {
-      Socket().async_connect(tcp::endpoint(ip, static_cast<uint16_t>(port)),
-                            [self = shared_from_this()](const asio::error_code& ec) {
-                              self->Connected(ec);
-                            });
+      Socket().async_connect(
+          tcp::endpoint(ip, static_cast<uint16_t>(port)),
+          [self = shared_from_this()](const asio::error_code& ec) { self->Connected(ec); });
       return;
     }
     resolver_.async_resolve(
@@ -141,10 +140,9 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
             self->Close("cannot resolve " + self->address_ + ": " + ec.message());
             return;
           }
-          asio::async_connect(self->Socket(), r,
-                              [self](const asio::error_code& ec, const tcp::endpoint&) {
-                                self->Connected(ec);
-                              });
+          asio::async_connect(
+              self->Socket(), r,
+              [self](const asio::error_code& ec, const tcp::endpoint&) { self->Connected(ec); });
         });
   }
 
@@ -159,15 +157,15 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
       Secured();
       return;
     }
-    tls_->async_handshake(asio::ssl::stream_base::client,
-                          [self = shared_from_this(), stream = tls_](const asio::error_code& ec) {
-                            if (ec) {
-                              self->Close("TLS handshake with " + self->address_ + ": " +
-                                          ec.message());
-                              return;
-                            }
-                            self->Secured();
-                          });
+    tls_->async_handshake(
+        asio::ssl::stream_base::client,
+        [self = shared_from_this(), stream = tls_](const asio::error_code& ec) {
+          if (ec) {
+            self->Close("TLS handshake with " + self->address_ + ": " + ec.message());
+            return;
+          }
+          self->Secured();
+        });
   }
 
   // Connected, and over TLS when it is on: the secret's handshake, or open at once.
@@ -180,14 +178,14 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
       AppendFrame(hello_out_, b.Finish());
       writing_ = true;
       AsyncWrite(asio::buffer(hello_out_),
-                        [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                          self->writing_ = false;
-                          if (ec) {
-                            self->Close("lost the connection to " + self->address_);
-                            return;
-                          }
-                          self->Write();
-                        });
+                 [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                   self->writing_ = false;
+                   if (ec) {
+                     self->Close("lost the connection to " + self->address_);
+                     return;
+                   }
+                   self->Write();
+                 });
       Read();
       return;
     }
@@ -227,32 +225,30 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
     writing_ = true;
     out_.swap(pending_out_);
     pending_out_.clear();
-    AsyncWrite(asio::buffer(out_),
-                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                        self->writing_ = false;
-                        self->out_.clear();
-                        if (ec) {
-                          self->Close("lost the connection to " + self->address_);
-                          return;
-                        }
-                        self->Write();
-                      });
+    AsyncWrite(asio::buffer(out_), [self = shared_from_this()](const asio::error_code& ec, size_t) {
+      self->writing_ = false;
+      self->out_.clear();
+      if (ec) {
+        self->Close("lost the connection to " + self->address_);
+        return;
+      }
+      self->Write();
+    });
   }
 
   void Read() {
     const std::span<uint8_t> space = in_.Space(64 * 1024);
-    AsyncReadSome(
-        asio::buffer(space.data(), space.size()),
-        [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-          if (!ec) self->in_.Commit(n);
-          if (ec) {
-            if (ec != asio::error::operation_aborted) {
-              self->Close("lost the connection to " + self->address_);
-            }
-            return;
-          }
-          if (self->Deliver()) self->Read();
-        });
+    AsyncReadSome(asio::buffer(space.data(), space.size()),
+                  [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+                    if (!ec) self->in_.Commit(n);
+                    if (ec) {
+                      if (ec != asio::error::operation_aborted) {
+                        self->Close("lost the connection to " + self->address_);
+                      }
+                      return;
+                    }
+                    if (self->Deliver()) self->Read();
+                  });
   }
 
   // Hands every whole reply frame to its ops. False when the connection had to close.
@@ -288,7 +284,7 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
         }
       }
       if (state_ == State::kClosed) return false;  // a callback closed this link
-      in_.Consume(f.consumed);  // after the callbacks: `reply` points into in_
+      in_.Consume(f.consumed);                     // after the callbacks: `reply` points into in_
     }
     return true;
   }
@@ -311,8 +307,8 @@ class TcpTransport::Link : public std::enable_shared_from_this<Link> {
   std::shared_ptr<asio::ssl::context> tls_ctx_;  // null: plain TCP
   std::shared_ptr<TlsStream> tls_;               // this connection's, with TLS
   std::optional<ClientHandshake> handshake_;     // with a cluster secret
-  std::vector<uint8_t> hello_out_;            // the nonce hello being written
-  bool awaiting_proof_ = false;               // the node's proof is the next reply
+  std::vector<uint8_t> hello_out_;               // the nonce hello being written
+  bool awaiting_proof_ = false;                  // the node's proof is the next reply
 };
 
 TcpTransport::TcpTransport(asio::io_context& io, NodeAccess access)

@@ -7,8 +7,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "protocol/node_access.h"
 #include "client/transport.h"
+#include "protocol/node_access.h"
 
 namespace asio {
 class io_context;

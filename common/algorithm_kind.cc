@@ -4,12 +4,18 @@ namespace limiter {
 
 std::string_view AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kFixedWindow: return "fixed_window";
-    case Algorithm::kSlidingLog: return "sliding_log";
-    case Algorithm::kSlidingWindow: return "sliding_window";
-    case Algorithm::kTokenBucket: return "token_bucket";
-    case Algorithm::kGcra: return "gcra";
-    case Algorithm::kLeakyBucket: return "leaky_bucket";
+    case Algorithm::kFixedWindow:
+      return "fixed_window";
+    case Algorithm::kSlidingLog:
+      return "sliding_log";
+    case Algorithm::kSlidingWindow:
+      return "sliding_window";
+    case Algorithm::kTokenBucket:
+      return "token_bucket";
+    case Algorithm::kGcra:
+      return "gcra";
+    case Algorithm::kLeakyBucket:
+      return "leaky_bucket";
   }
   return "unknown";
 }

@@ -134,8 +134,9 @@ int64_t SlidingWindow::Refund(const Rate& rate, State& s, int64_t now, int64_t a
   const int64_t w = rate.window_ms();
   const int64_t start = Roll(s, std::max(now, s.window_start_ms), w);
   const int64_t charged_window = charged_at - charged_at % w;
-  uint32_t* count = charged_window == start ? &s.curr : charged_window == start - w ? &s.prev
-                                                                                      : nullptr;
+  uint32_t* count = charged_window == start       ? &s.curr
+                    : charged_window == start - w ? &s.prev
+                                                  : nullptr;
   if (count == nullptr) return 0;
   const int64_t back = std::min<int64_t>(amount, *count);
   *count -= static_cast<uint32_t>(back);

@@ -114,9 +114,12 @@ Calendar::~Calendar() = default;
 
 int64_t Calendar::nominal_window_ms() const {
   switch (unit_) {
-    case CalendarUnit::kDay: return kDayMs;
-    case CalendarUnit::kWeek: return 7 * kDayMs;
-    case CalendarUnit::kMonth: return 31 * kDayMs;
+    case CalendarUnit::kDay:
+      return kDayMs;
+    case CalendarUnit::kWeek:
+      return 7 * kDayMs;
+    case CalendarUnit::kMonth:
+      return 31 * kDayMs;
   }
   return kDayMs;
 }
@@ -157,9 +160,15 @@ Calendar::Window Calendar::Locate(int64_t wall_ms) const {
   const absl::CivilDay day = absl::ToCivilDay(absl::FromUnixMillis(wall_ms), zone_->tz);
   int64_t index = 0;
   switch (unit_) {
-    case CalendarUnit::kDay: index = day - kEpochDay; break;
-    case CalendarUnit::kWeek: index = FloorDiv(day - kEpochMonday, 7); break;
-    case CalendarUnit::kMonth: index = absl::CivilMonth(day) - kEpochMonth; break;
+    case CalendarUnit::kDay:
+      index = day - kEpochDay;
+      break;
+    case CalendarUnit::kWeek:
+      index = FloorDiv(day - kEpochMonday, 7);
+      break;
+    case CalendarUnit::kMonth:
+      index = absl::CivilMonth(day) - kEpochMonth;
+      break;
   }
   // Windows are [start, next start): a clock going back over midnight shows the old day's
   // date for a while after the new day began.

@@ -44,7 +44,8 @@ void Histogram::Record(uint64_t value) {
 
 void Histogram::AddTo(Snapshot& s) const {
   for (int b = 0; b < kBuckets; ++b) {
-    s.counts[static_cast<size_t>(b)] += counts_[static_cast<size_t>(b)].load(std::memory_order_relaxed);
+    s.counts[static_cast<size_t>(b)] +=
+        counts_[static_cast<size_t>(b)].load(std::memory_order_relaxed);
   }
   s.count += count_.load(std::memory_order_relaxed);
   s.sum += sum_.load(std::memory_order_relaxed);
@@ -75,7 +76,8 @@ uint64_t Histogram::Snapshot::Quantile(double q) const {
   uint64_t total = 0;
   for (uint64_t c : counts) total += c;
   if (total == 0) return 0;
-  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(total) + 0.5));
+  const uint64_t rank =
+      std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(total) + 0.5));
   uint64_t seen = 0;
   for (int b = 0; b < kBuckets; ++b) {
     seen += counts[static_cast<size_t>(b)];

@@ -14,8 +14,8 @@ namespace limiter {
 
 class Histogram {
  public:
-  static constexpr int kSubBits = 4;                      // 16 buckets per power of two
-  static constexpr int kLinear = 2 << kSubBits;           // values below 32 are exact
+  static constexpr int kSubBits = 4;             // 16 buckets per power of two
+  static constexpr int kLinear = 2 << kSubBits;  // values below 32 are exact
   static constexpr int kMaxBits = 40;
   static constexpr int kBuckets = kLinear + (kMaxBits - kSubBits - 1) * (1 << kSubBits);
 

@@ -42,8 +42,7 @@ void HotKeySketch::Add(int policy, std::string_view key, uint64_t hash, uint64_t
   }
   if (entries_.size() < capacity_) {
     const size_t i = entries_.size();
-    entries_.push_back(
-        {policy, std::string(key), hash, tag, 0, weight, 0, 0, denied ? weight : 0});
+    entries_.push_back({policy, std::string(key), hash, tag, 0, weight, 0, 0, denied ? weight : 0});
     heap_.push_back(i);
     position_.push_back(heap_.size() - 1);
     index_.emplace(hash, i);

@@ -33,9 +33,9 @@ class HotKeySketch {
     std::string key;
     uint64_t hash = 0;
     uint16_t tag = 0;
-    uint64_t last = 0;    // operations in the last full epoch (the rate, per epoch)
+    uint64_t last = 0;  // operations in the last full epoch (the rate, per epoch)
     uint64_t current = 0;
-    uint64_t error = 0;   // at most this much of last + current belongs to keys it displaced
+    uint64_t error = 0;  // at most this much of last + current belongs to keys it displaced
     uint64_t denied_last = 0;
     uint64_t denied_current = 0;
     uint64_t weight() const { return last + current; }
@@ -50,8 +50,8 @@ class HotKeySketch {
 
   size_t capacity_;
   std::vector<Entry> entries_;
-  std::vector<size_t> heap_;      // entry indices; min-heap by weight
-  std::vector<size_t> position_;  // entry index -> position in heap_
+  std::vector<size_t> heap_;                    // entry indices; min-heap by weight
+  std::vector<size_t> position_;                // entry index -> position in heap_
   std::unordered_map<uint64_t, size_t> index_;  // hash -> entry index
 };
 

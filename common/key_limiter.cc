@@ -13,13 +13,32 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // The algorithm whose State is S.
-template <class S> struct AlgoOf;
-template <> struct AlgoOf<FixedWindow::State> { using type = FixedWindow; };
-template <> struct AlgoOf<SlidingLog::State> { using type = SlidingLog; };
-template <> struct AlgoOf<SlidingWindow::State> { using type = SlidingWindow; };
-template <> struct AlgoOf<TokenBucket::State> { using type = TokenBucket; };
-template <> struct AlgoOf<Gcra::State> { using type = Gcra; };
-template <> struct AlgoOf<LeakyBucket::State> { using type = LeakyBucket; };
+template <class S>
+struct AlgoOf;
+template <>
+struct AlgoOf<FixedWindow::State> {
+  using type = FixedWindow;
+};
+template <>
+struct AlgoOf<SlidingLog::State> {
+  using type = SlidingLog;
+};
+template <>
+struct AlgoOf<SlidingWindow::State> {
+  using type = SlidingWindow;
+};
+template <>
+struct AlgoOf<TokenBucket::State> {
+  using type = TokenBucket;
+};
+template <>
+struct AlgoOf<Gcra::State> {
+  using type = Gcra;
+};
+template <>
+struct AlgoOf<LeakyBucket::State> {
+  using type = LeakyBucket;
+};
 
 template <class S>
 using Algo = typename AlgoOf<std::decay_t<S>>::type;
@@ -37,12 +56,24 @@ Status SupportsRate(Algorithm algorithm, const Rate& rate) {
 
 KeyLimiter::KeyLimiter(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kFixedWindow: state_.emplace<FixedWindow::State>(); break;
-    case Algorithm::kSlidingLog: state_.emplace<SlidingLog::State>(); break;
-    case Algorithm::kSlidingWindow: state_.emplace<SlidingWindow::State>(); break;
-    case Algorithm::kTokenBucket: state_.emplace<TokenBucket::State>(); break;
-    case Algorithm::kGcra: state_.emplace<Gcra::State>(); break;
-    case Algorithm::kLeakyBucket: state_.emplace<LeakyBucket::State>(); break;
+    case Algorithm::kFixedWindow:
+      state_.emplace<FixedWindow::State>();
+      break;
+    case Algorithm::kSlidingLog:
+      state_.emplace<SlidingLog::State>();
+      break;
+    case Algorithm::kSlidingWindow:
+      state_.emplace<SlidingWindow::State>();
+      break;
+    case Algorithm::kTokenBucket:
+      state_.emplace<TokenBucket::State>();
+      break;
+    case Algorithm::kGcra:
+      state_.emplace<Gcra::State>();
+      break;
+    case Algorithm::kLeakyBucket:
+      state_.emplace<LeakyBucket::State>();
+      break;
   }
 }
 
@@ -79,10 +110,12 @@ int64_t ChargeScale(Algorithm algorithm, const Rate& rate) {
   switch (algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket: return rate.window_ms();
+    case Algorithm::kLeakyBucket:
+      return rate.window_ms();
     case Algorithm::kFixedWindow:
     case Algorithm::kSlidingLog:
-    case Algorithm::kSlidingWindow: return 1;
+    case Algorithm::kSlidingWindow:
+      return 1;
   }
   return 1;
 }
@@ -91,17 +124,19 @@ int64_t FullAllowance(Algorithm algorithm, const Rate& rate) {
   switch (algorithm) {
     case Algorithm::kTokenBucket:
     case Algorithm::kGcra:
-    case Algorithm::kLeakyBucket: return rate.burst();
+    case Algorithm::kLeakyBucket:
+      return rate.burst();
     case Algorithm::kFixedWindow:
     case Algorithm::kSlidingLog:
-    case Algorithm::kSlidingWindow: return rate.limit();
+    case Algorithm::kSlidingWindow:
+      return rate.limit();
   }
   return rate.limit();
 }
 
 int64_t KeyLimiter::InEffect(const Rate& rate, int64_t now_ms) const {
-  return std::visit(
-      [&](const auto& s) { return Algo<decltype(s)>::InEffect(rate, s, now_ms); }, state_);
+  return std::visit([&](const auto& s) { return Algo<decltype(s)>::InEffect(rate, s, now_ms); },
+                    state_);
 }
 
 int64_t KeyLimiter::Refund(const Rate& rate, int64_t now_ms, int64_t amount,

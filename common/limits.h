@@ -6,8 +6,8 @@
 
 namespace limiter {
 
-inline constexpr size_t kMaxKeyBytes = 256;        // keys and tenants
-inline constexpr size_t kMaxNameBytes = 64;        // policy and operation names
-inline constexpr size_t kMaxLimitsPerCheck = 16;   // limits named by one CHECK
+inline constexpr size_t kMaxKeyBytes = 256;       // keys and tenants
+inline constexpr size_t kMaxNameBytes = 64;       // policy and operation names
+inline constexpr size_t kMaxLimitsPerCheck = 16;  // limits named by one CHECK
 
 }  // namespace limiter

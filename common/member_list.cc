@@ -56,10 +56,12 @@ Result<std::vector<std::string>> ResolveMembers(const std::string& name_and_port
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     char text[INET6_ADDRSTRLEN] = {};
     if (ai->ai_family == AF_INET) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, text, sizeof(text));
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, text,
+                  sizeof(text));
       members.push_back(std::string(text) + ":" + port);
     } else if (ai->ai_family == AF_INET6) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, text, sizeof(text));
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, text,
+                  sizeof(text));
       members.push_back("[" + std::string(text) + "]:" + port);
     }
   }

@@ -98,9 +98,7 @@ class ABSL_SCOPED_LOCKABLE WriterLock {
 
 class ABSL_SCOPED_LOCKABLE ReaderLock {
  public:
-  explicit ReaderLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_.LockShared();
-  }
+  explicit ReaderLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) { mu_.LockShared(); }
   ~ReaderLock() ABSL_UNLOCK_FUNCTION() { mu_.UnlockShared(); }
   ReaderLock(const ReaderLock&) = delete;
   ReaderLock& operator=(const ReaderLock&) = delete;
@@ -112,7 +110,9 @@ class ABSL_SCOPED_LOCKABLE ReaderLock {
 // A condition variable over a Mutex held by a MutexLock. The waits return with it held.
 class CondVar {
  public:
-  void Wait(MutexLock& lock) { Do(lock, [&](auto& l) { cv_.wait(l); }); }
+  void Wait(MutexLock& lock) {
+    Do(lock, [&](auto& l) { cv_.wait(l); });
+  }
   template <class Predicate>
   void Wait(MutexLock& lock, Predicate ready) {
     Do(lock, [&](auto& l) { cv_.wait(l, ready); });

@@ -6,10 +6,14 @@ namespace limiter {
 
 std::string_view LimitClassName(LimitClass c) {
   switch (c) {
-    case LimitClass::kSecurity: return "security";
-    case LimitClass::kContract: return "contract";
-    case LimitClass::kBilling: return "billing";
-    case LimitClass::kCapacity: return "capacity";
+    case LimitClass::kSecurity:
+      return "security";
+    case LimitClass::kContract:
+      return "contract";
+    case LimitClass::kBilling:
+      return "billing";
+    case LimitClass::kCapacity:
+      return "capacity";
   }
   return "unknown";
 }

@@ -55,7 +55,7 @@ PolicySet Loader::Load(const YAML::Node& root) {
     Policy policy = ParsePolicy(list[i]);
     if (auto [pos, inserted] = first_line.emplace(policy.name, policy.line); !inserted) {
       r_.Fail(list[i]["name"], "name",
-           "duplicate policy name (first defined at line " + std::to_string(pos->second) + ")");
+              "duplicate policy name (first defined at line " + std::to_string(pos->second) + ")");
     }
     policies.push_back(std::move(policy));
   }
@@ -69,10 +69,10 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   if (node.IsMap() && node["name"] && node["name"].IsScalar()) {
     r_.set_subject("policy '" + node["name"].Scalar() + "'");
   }
-  auto fields = r_.Fields(node, "",
-                          {"name", "algorithm", "limit", "window", "align", "timezone", "burst",
-                           "class", "parent", "costs", "mode", "lease", "fallback", "durable",
-                           "scope", "max_keys"});
+  auto fields =
+      r_.Fields(node, "",
+                {"name", "algorithm", "limit", "window", "align", "timezone", "burst", "class",
+                 "parent", "costs", "mode", "lease", "fallback", "durable", "scope", "max_keys"});
   auto require = [&](const char* name) -> const Field& {
     auto it = fields.find(name);
     if (it == fields.end()) r_.Fail(node, name, "missing (it is required)");
@@ -87,10 +87,11 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   p.line = node.Mark().line + 1;
   p.name = r_.Scalar(require("name"), "name");
   if (p.name.empty() || p.name.size() > 64 ||
-      p.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+      p.name.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
           std::string::npos) {
     r_.Fail(require("name").value, "name",
-         "must be 1 to 64 letters, digits, '_', '.' or '-', got '" + p.name + "'");
+            "must be 1 to 64 letters, digits, '_', '.' or '-', got '" + p.name + "'");
   }
   r_.set_subject("policy '" + p.name + "'");
 
@@ -99,7 +100,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
     const std::optional<Algorithm> a = ParseAlgorithm(text);
     if (!a) {
       r_.Fail(f->value, "algorithm",
-           "unknown algorithm '" + text + "' (known: " + std::string(AlgorithmNameList()) + ")");
+              "unknown algorithm '" + text + "' (known: " + std::string(AlgorithmNameList()) + ")");
     }
     p.algorithm = *a;
   }
@@ -117,7 +118,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
   const std::optional<LimitClass> limit_class = ParseLimitClass(cls_text);
   if (!limit_class) {
     r_.Fail(cls.value, "class",
-         "unknown class '" + cls_text + "' (known: security, contract, billing, capacity)");
+            "unknown class '" + cls_text + "' (known: security, contract, billing, capacity)");
   }
   p.limit_class = *limit_class;
 
@@ -163,8 +164,8 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
       const int64_t most = bucket ? p.rate.burst() : p.rate.limit();
       if (p.lease.size > most) {
         r_.Fail(it->second.value, "lease.size",
-             "must not exceed " + std::string(bucket ? "the burst" : "the limit") + " (" +
-                 std::to_string(most) + "), got " + std::to_string(p.lease.size));
+                "must not exceed " + std::string(bucket ? "the burst" : "the limit") + " (" +
+                    std::to_string(most) + "), got " + std::to_string(p.lease.size));
       }
     }
     if (auto it = lease.find("ttl"); it != lease.end()) {
@@ -175,7 +176,7 @@ Policy Loader::ParsePolicy(const YAML::Node& node) {
     ParseFallback(*f, p);
   } else if (p.limit_class == LimitClass::kCapacity) {
     r_.Fail(node, "fallback",
-         "missing: capacity limits need fallback.max_concurrency (their local load shedder)");
+            "missing: capacity limits need fallback.max_concurrency (their local load shedder)");
   }
   if (const Field* f = optional("durable")) p.durable = r_.Bool(*f, "durable");
   if (const Field* f = optional("max_keys")) p.max_keys = r_.PositiveInt(*f, "max_keys");
@@ -256,7 +257,7 @@ Rate Loader::ParseRate(const std::map<std::string, Field>& fields, const YAML::N
   if (auto it = fields.find("burst"); it != fields.end()) {
     if (!burst_allowed) {
       r_.Fail(it->second.key, prefix + "burst",
-           "only token_bucket, gcra and leaky_bucket have a burst");
+              "only token_bucket, gcra and leaky_bucket have a burst");
     }
     burst = r_.PositiveInt(it->second, prefix + "burst");
   }
@@ -282,9 +283,10 @@ void Loader::ParseFallback(const Field& f, Policy& p) const {
     }
     case LimitClass::kBilling:
       r_.Fail(f.key, "fallback",
-           "billing limits fail open and reconcile; they take no fallback settings");
+              "billing limits fail open and reconcile; they take no fallback settings");
     case LimitClass::kCapacity: {
-      auto fields = r_.Fields(f.value, "fallback", {"max_concurrency", "max_queue", "queue_timeout"});
+      auto fields =
+          r_.Fields(f.value, "fallback", {"max_concurrency", "max_queue", "queue_timeout"});
       auto it = fields.find("max_concurrency");
       if (it == fields.end()) {
         r_.Fail(f.value, "fallback.max_concurrency", "missing (capacity limits need it)");

@@ -17,8 +17,8 @@ struct Policy;
 
 struct ReplayResult {
   Algorithm algorithm = Algorithm::kGcra;
-  int64_t offered = 0;        // requests
-  int64_t accepted = 0;       // requests
+  int64_t offered = 0;   // requests
+  int64_t accepted = 0;  // requests
   int64_t offered_cost = 0;
   int64_t accepted_cost = 0;
   // The most cost admitted for one key in any interval (t-W, t], aligned or not; the maximum

@@ -34,8 +34,8 @@ std::vector<size_t> RemainderOrder(const std::vector<int64_t>& unmet) {
 
 }  // namespace
 
-std::vector<int64_t> AllocateShares(int64_t limit, std::span<const int64_t> demands,
-                                    int64_t floor, int64_t quantum) {
+std::vector<int64_t> AllocateShares(int64_t limit, std::span<const int64_t> demands, int64_t floor,
+                                    int64_t quantum) {
   const size_t n = demands.size();
   std::vector<int64_t> share(n, 0);
   if (n == 0 || limit <= 0) return share;
@@ -103,8 +103,7 @@ std::vector<int64_t> AllocateShares(int64_t limit, std::span<const int64_t> dema
 std::optional<Rate> ShareRate(Algorithm algorithm, const Rate& policy_rate, int64_t share) {
   if (share <= 0) return std::nullopt;
   // floor(B * L_r / L) without overflow: B and L_r are at most 2^60 / W each, W >= 1.
-  const __int128 burst =
-      static_cast<__int128>(policy_rate.burst()) * share / policy_rate.limit();
+  const __int128 burst = static_cast<__int128>(policy_rate.burst()) * share / policy_rate.limit();
   int64_t b = static_cast<int64_t>(burst);
   if (algorithm != Algorithm::kTokenBucket && algorithm != Algorithm::kGcra) {
     b = std::max<int64_t>(b, 1);  // a window's burst is not used

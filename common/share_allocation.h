@@ -38,10 +38,11 @@ int64_t ShareQuantum(Algorithm algorithm, const Rate& rate);
 // and what nobody wants is spread evenly, so the shares sum to `limit`. Each region wants at
 // least `floor` (capped at limit / regions, so floors always fit) and `quantum`; every share
 // is 0 or at least `quantum`, and 0 only when limit < regions * quantum (then the regions that
-// want most get a quantum each; below one quantum in all, one region holds it). Remainders go to the regions with the largest unmet want,
-// then the lowest index: deterministic. Preconditions: limit >= 0, demands >= 0.
-std::vector<int64_t> AllocateShares(int64_t limit, std::span<const int64_t> demands,
-                                    int64_t floor, int64_t quantum);
+// want most get a quantum each; below one quantum in all, one region holds it). Remainders go to
+// the regions with the largest unmet want, then the lowest index: deterministic. Preconditions:
+// limit >= 0, demands >= 0.
+std::vector<int64_t> AllocateShares(int64_t limit, std::span<const int64_t> demands, int64_t floor,
+                                    int64_t quantum);
 
 // The Rate that enforces `share` units of `policy_rate`; nullopt when share is 0 (deny).
 std::optional<Rate> ShareRate(Algorithm algorithm, const Rate& policy_rate, int64_t share);

@@ -62,7 +62,7 @@ int64_t RetryAfter(const Rate& rate, const SlidingLog::State& s, size_t first, i
 
 // The answer when `cost` is not admitted.
 LimitDecision Denial(const Rate& rate, const SlidingLog::State& s, size_t first, int64_t total,
-                int64_t now, int64_t cost) {
+                     int64_t now, int64_t cost) {
   LimitDecision d;
   d.retry_after_ms = cost > rate.limit() ? kNever : RetryAfter(rate, s, first, total, now, cost);
   d.remaining = rate.limit() - total;

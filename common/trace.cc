@@ -79,16 +79,18 @@ Result<std::vector<TraceRow>> ParseTrace(std::string_view text, const std::strin
       bool ok = fields.size() >= 2 && fields.size() <= 4;
       for (size_t i = 0; ok && i < fields.size(); ++i) ok = fields[i] == kColumns[i];
       if (!ok) {
-        return fail("the header must be t_ms,key,cost,label (cost and label may be left out), "
-                    "got '" + std::string(line) + "'");
+        return fail(
+            "the header must be t_ms,key,cost,label (cost and label may be left out), "
+            "got '" +
+            std::string(line) + "'");
       }
       columns = fields.size();
       continue;
     }
     if (fields.size() < 2) return fail("expected at least t_ms and key, got one field");
     if (fields.size() > columns) {
-      return fail("expected at most " + std::to_string(columns) + " fields (as in the header), got " +
-                  std::to_string(fields.size()));
+      return fail("expected at most " + std::to_string(columns) +
+                  " fields (as in the header), got " + std::to_string(fields.size()));
     }
     TraceRow row;
     row.line = line_no;
@@ -108,7 +110,8 @@ Result<std::vector<TraceRow>> ParseTrace(std::string_view text, const std::strin
     }
     if (fields.size() > 2 && !fields[2].empty()) {
       const std::optional<int64_t> cost = ParseInt(fields[2]);
-      if (!cost || *cost <= 0) return fail("cost must be a positive integer, got '" + fields[2] + "'");
+      if (!cost || *cost <= 0)
+        return fail("cost must be a positive integer, got '" + fields[2] + "'");
       if (*cost > kMaxCost) {
         return fail("cost " + fields[2] + " is above the maximum of " + std::to_string(kMaxCost));
       }

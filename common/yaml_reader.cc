@@ -64,8 +64,7 @@ int64_t YamlReader::DurationMs(const Field& f, const std::string& field) const {
   const std::string text = Scalar(f, field);
   const std::optional<int64_t> ms = ParseDurationMs(text);
   if (!ms) {
-    Fail(f.value, field,
-         "expected a duration such as 250ms, 1s, 5m, 1h or 1d, got '" + text + "'");
+    Fail(f.value, field, "expected a duration such as 250ms, 1s, 5m, 1h or 1d, got '" + text + "'");
   }
   if (*ms <= 0) Fail(f.value, field, "must be at least 1ms, got '" + text + "'");
   return *ms;
@@ -76,8 +75,7 @@ int64_t YamlReader::DurationMs(const Field& f, const std::string& field, int64_t
   const std::string text = Scalar(f, field);
   const std::optional<int64_t> ms = ParseDurationMs(text);
   if (!ms) {
-    Fail(f.value, field,
-         "expected a duration such as 250ms, 1s, 5m, 1h or 1d, got '" + text + "'");
+    Fail(f.value, field, "expected a duration such as 250ms, 1s, 5m, 1h or 1d, got '" + text + "'");
   }
   if (*ms < min_ms || *ms > max_ms) {
     Fail(f.value, field,
@@ -96,9 +94,9 @@ int64_t YamlReader::IntInRange(const Field& f, const std::string& field, int64_t
     Fail(f.value, field, "expected an integer, got '" + text + "'");
   }
   if (value < min || value > max) {
-    Fail(f.value, field,
-         "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
-             text);
+    Fail(
+        f.value, field,
+        "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + text);
   }
   return value;
 }

@@ -29,8 +29,7 @@ struct KindNames {
 KindNames NamesOf(SecretKind kind) {
   switch (kind) {
     case SecretKind::kGateway:
-      return {"LIMITER_SECRET_FILE", "LIMITER_SECRET", "LIMITER_SECRET_NEXT",
-              "the gateway secret"};
+      return {"LIMITER_SECRET_FILE", "LIMITER_SECRET", "LIMITER_SECRET_NEXT", "the gateway secret"};
     case SecretKind::kPeer:
       return {"LIMITER_PEER_SECRET_FILE", "LIMITER_PEER_SECRET", "LIMITER_PEER_SECRET_NEXT",
               "the peer secret"};
@@ -212,8 +211,8 @@ Mac PeerNodeProof(std::string_view peer_secret, Bytes challenge, Bytes nonce,
   return Hmac(peer_secret, {AsBytes(kPeerNodeLabel), challenge, nonce, AsBytes(name)});
 }
 
-int MatchPeerProof(const Secrets& peer_secrets, Bytes challenge, Bytes nonce,
-                   std::string_view name, Bytes proof) {
+int MatchPeerProof(const Secrets& peer_secrets, Bytes challenge, Bytes nonce, std::string_view name,
+                   Bytes proof) {
   int match = -1;
   for (size_t i = 0; i < peer_secrets.values.size(); ++i) {
     const Mac expected = PeerProof(peer_secrets.values[i], challenge, nonce, name);

@@ -99,8 +99,8 @@ Mac PeerProof(std::string_view peer_secret, Bytes challenge, Bytes nonce, std::s
 Mac PeerNodeProof(std::string_view peer_secret, Bytes challenge, Bytes nonce,
                   std::string_view name);
 // The index of the secret that made a peer proof for `name`, or -1 (every secret tried).
-int MatchPeerProof(const Secrets& peer_secrets, Bytes challenge, Bytes nonce,
-                   std::string_view name, Bytes proof);
+int MatchPeerProof(const Secrets& peer_secrets, Bytes challenge, Bytes nonce, std::string_view name,
+                   Bytes proof);
 
 // The admin port's bearer token for its actions (POST /drain): hex of an HMAC of the peer
 // secret, so that it proves the peer secret without carrying it (a token read off the wire

@@ -32,12 +32,14 @@ void AppendFrame(std::vector<uint8_t>& out, std::span<const uint8_t> body) {
 
 std::string DescribeFrameError(const FrameResult& r, uint32_t max_frame_bytes) {
   switch (r.status) {
-    case FrameStatus::kEmpty: return "frame length 0";
+    case FrameStatus::kEmpty:
+      return "frame length 0";
     case FrameStatus::kTooLarge:
       return "frame length " + std::to_string(r.declared_bytes) + " above the maximum of " +
              std::to_string(max_frame_bytes);
     case FrameStatus::kFrame:
-    case FrameStatus::kNeedMore: break;
+    case FrameStatus::kNeedMore:
+      break;
   }
   return "no error";
 }

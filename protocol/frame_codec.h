@@ -28,7 +28,7 @@ struct FrameResult {
   FrameStatus status = FrameStatus::kNeedMore;
   std::span<const uint8_t> body;  // within the input, valid while it is
   size_t consumed = 0;
-  uint32_t declared_bytes = 0;    // the length the header states
+  uint32_t declared_bytes = 0;  // the length the header states
 };
 
 // Looks at the start of `input` only; call again after dropping `consumed` bytes.

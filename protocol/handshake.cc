@@ -54,8 +54,9 @@ Status ClientHandshake::CheckNode(const wire::Reply& reply) const {
   }
   const wire::HelloReply* hello = reply.hello();
   const bool peer = !peer_secret_.empty();
-  const auth::Mac expected = peer ? auth::PeerNodeProof(peer_secret_, challenge_, nonce_, peer_name_)
-                                  : auth::NodeProof(secret_, challenge_, nonce_);
+  const auth::Mac expected = peer
+                                 ? auth::PeerNodeProof(peer_secret_, challenge_, nonce_, peer_name_)
+                                 : auth::NodeProof(secret_, challenge_, nonce_);
   if (hello == nullptr || hello->proof() == nullptr ||
       !auth::EqualConstantTime(expected, {hello->proof()->data(), hello->proof()->size()})) {
     return Error{address_ + (peer ? " did not prove the peer secret in its hello"
@@ -75,8 +76,8 @@ Result<NodeHandshake::Hello> NodeHandshake::Read(const wire::Hello& hello) {
   Hello h;
   if (const flatbuffers::String* name = hello.peer_name()) {
     if (name->size() == 0 || name->size() > kMaxNameBytes) {
-      return Error{"hello.peer_name: a member is host:port, 1 to " +
-                   std::to_string(kMaxNameBytes) + " bytes"};
+      return Error{"hello.peer_name: a member is host:port, 1 to " + std::to_string(kMaxNameBytes) +
+                   " bytes"};
     }
     h.names_member = true;
     h.member = name->str();

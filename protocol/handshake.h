@@ -22,7 +22,7 @@ namespace limiter {
 namespace wire {
 struct Hello;
 struct Reply;
-}
+}  // namespace wire
 class RequestBuilder;
 
 class ClientHandshake {
@@ -32,8 +32,8 @@ class ClientHandshake {
   // A node's, speaking to another for member `peer_name`: proves `peer_secret` when it has
   // one (the answer is checked against it), else `secret` (with mutual TLS, where the node
   // certificate is the peer credential). One of the two non-empty.
-  static ClientHandshake ForPeer(std::string secret, std::string peer_secret,
-                                 std::string peer_name, std::string address);
+  static ClientHandshake ForPeer(std::string secret, std::string peer_secret, std::string peer_name,
+                                 std::string address);
 
   // Step 1 into `b` (cleared first).
   void BuildNonceHello(RequestBuilder& b, std::string_view client) const;
@@ -55,8 +55,8 @@ class NodeHandshake {
  public:
   // A hello's credential fields, in the shape the protocol allows.
   struct Hello {
-    bool names_member = false;  // it carries peer_name: the sender says it is a node
-    std::string member;         // peer_name
+    bool names_member = false;             // it carries peer_name: the sender says it is a node
+    std::string member;                    // peer_name
     auth::Bytes nonce, proof, peer_proof;  // into the frame
     bool has_proof() const { return !proof.empty() || !peer_proof.empty(); }
   };

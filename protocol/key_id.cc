@@ -47,5 +47,4 @@ KeyId MakeKeyId(std::initializer_list<std::string_view> parts) {
   return KeyIdOf(seed, *last);
 }
 
-
 }  // namespace limiter

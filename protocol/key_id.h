@@ -12,12 +12,12 @@
 // a node can tell, from the id alone, which node owns the key under any ring.
 #pragma once
 
+#include <xxhash.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
-
-#include <xxhash.h>
 
 namespace limiter {
 

@@ -4,24 +4,22 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <asio/ssl/context.hpp>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-
-#include <asio/ssl/context.hpp>
-
-#include "protocol/handshake.h"
-#include "protocol/request_builder.h"
 #include "protocol/frame_codec.h"
+#include "protocol/handshake.h"
 #include "protocol/read_buffer.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 
 namespace limiter {
@@ -31,7 +29,7 @@ struct NodeConnection::Impl {
   SSL* ssl = nullptr;  // with TLS; owned
   bool eof = false;
   ReadBuffer in;
-  size_t frame_end = 0;  // bytes of `in` that belong to the last frame returned
+  size_t frame_end = 0;           // bytes of `in` that belong to the last frame returned
   std::vector<uint64_t> aligned;  // the last reply, copied to 8-byte alignment
   std::vector<uint8_t> out;       // the frame being sent
   ~Impl() {
@@ -134,8 +132,8 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
       const long verify = SSL_get_verify_result(impl->ssl);
       if (verify != X509_V_OK) {
         ERR_clear_error();
-        return Error{address + ": TLS: the node's certificate: " +
-                     X509_verify_cert_error_string(verify)};
+        return Error{address +
+                     ": TLS: the node's certificate: " + X509_verify_cert_error_string(verify)};
       }
       return Error{TlsError(address + ": TLS handshake")};
     }
@@ -156,9 +154,9 @@ Result<std::unique_ptr<NodeConnection>> NodeConnection::Connect(const std::strin
     return c;
   }
   ClientHandshake handshake =
-      access.peer() ? ClientHandshake::ForPeer(access.secret, access.peer_secret,
-                                               access.peer_name, address)
-                    : ClientHandshake(access.secret, address);
+      access.peer()
+          ? ClientHandshake::ForPeer(access.secret, access.peer_secret, access.peer_name, address)
+          : ClientHandshake(access.secret, address);
   handshake.BuildNonceHello(b, "limiter");
   if (Status s = c->Send(b.Finish()); !s.ok()) return Error{address + ": " + s.error()};
   Result<const wire::Reply*> challenge = c->Receive();

@@ -4,8 +4,8 @@
 
 namespace limiter {
 
-OpSpec OpSpec::Check(std::string policy, std::string key, std::string tenant,
-                     std::string operation, int64_t cost, const SubBucket& sub) {
+OpSpec OpSpec::Check(std::string policy, std::string key, std::string tenant, std::string operation,
+                     int64_t cost, const SubBucket& sub) {
   OpSpec op;
   op.kind = OpKind::kCheck;
   op.policy = std::move(policy);
@@ -56,30 +56,60 @@ OpSpec OpSpec::About(OpKind kind) {
 void AddOp(RequestBuilder& b, uint64_t id, const OpSpec& op) {
   if (op.sub.k != 0) b.OnSubBucket(op.sub.k, op.sub.index, op.sub.epoch, op.sub.token_view());
   switch (op.kind) {
-    case OpKind::kCheck: b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation); break;
-    case OpKind::kLease: b.Lease(id, op.policy, op.key, op.tenant, op.cost); break;
+    case OpKind::kCheck:
+      b.Check(id, op.policy, op.key, op.tenant, op.cost, op.operation);
+      break;
+    case OpKind::kLease:
+      b.Lease(id, op.policy, op.key, op.tenant, op.cost);
+      break;
     case OpKind::kReturn:
       b.Return(id, op.policy, op.key, op.tenant, op.cost, op.leased_at_ms, op.lease_id);
       break;
-    case OpKind::kStats: b.Stats(id); break;
-    case OpKind::kSplit: b.Split(id, op.policy, op.key, op.cost); break;
-    case OpKind::kHotKeys: b.HotKeys(id); break;
-    case OpKind::kMembers: b.Members(id); break;
+    case OpKind::kStats:
+      b.Stats(id);
+      break;
+    case OpKind::kSplit:
+      b.Split(id, op.policy, op.key, op.cost);
+      break;
+    case OpKind::kHotKeys:
+      b.HotKeys(id);
+      break;
+    case OpKind::kMembers:
+      b.Members(id);
+      break;
   }
 }
 
 OpAnswer FromWire(const wire::OpReply& r) {
   OpAnswer a;
   switch (r.status()) {
-    case wire::Status::Ok: a.status = OpAnswer::Status::kOk; break;
-    case wire::Status::BadRequest: a.status = OpAnswer::Status::kBadRequest; break;
-    case wire::Status::UnknownPolicy: a.status = OpAnswer::Status::kUnknownPolicy; break;
-    case wire::Status::KeysExhausted: a.status = OpAnswer::Status::kKeysExhausted; break;
-    case wire::Status::WrongOwner: a.status = OpAnswer::Status::kWrongOwner; break;
-    case wire::Status::Split: a.status = OpAnswer::Status::kSplit; break;
-    case wire::Status::Moving: a.status = OpAnswer::Status::kMoving; break;
-    case wire::Status::StoreError: a.status = OpAnswer::Status::kStoreError; break;
-    case wire::Status::SplitChanged: a.status = OpAnswer::Status::kSplitChanged; break;
+    case wire::Status::Ok:
+      a.status = OpAnswer::Status::kOk;
+      break;
+    case wire::Status::BadRequest:
+      a.status = OpAnswer::Status::kBadRequest;
+      break;
+    case wire::Status::UnknownPolicy:
+      a.status = OpAnswer::Status::kUnknownPolicy;
+      break;
+    case wire::Status::KeysExhausted:
+      a.status = OpAnswer::Status::kKeysExhausted;
+      break;
+    case wire::Status::WrongOwner:
+      a.status = OpAnswer::Status::kWrongOwner;
+      break;
+    case wire::Status::Split:
+      a.status = OpAnswer::Status::kSplit;
+      break;
+    case wire::Status::Moving:
+      a.status = OpAnswer::Status::kMoving;
+      break;
+    case wire::Status::StoreError:
+      a.status = OpAnswer::Status::kStoreError;
+      break;
+    case wire::Status::SplitChanged:
+      a.status = OpAnswer::Status::kSplitChanged;
+      break;
     default:
       a.status = OpAnswer::Status::kBadRequest;
       a.error = "unknown status " + std::to_string(static_cast<int>(r.status()));

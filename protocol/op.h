@@ -29,8 +29,8 @@ struct OpSpec {
   std::string key;
   std::string tenant;
   std::string operation;
-  int64_t cost = 1;  // CHECK: cost; LEASE: units wanted; RETURN: units given back;
-                     // SPLIT: ops sent to the sub-buckets
+  int64_t cost = 1;          // CHECK: cost; LEASE: units wanted; RETURN: units given back;
+                             // SPLIT: ops sent to the sub-buckets
   int64_t leased_at_ms = 0;  // RETURN: of the lease, with its id
   uint64_t lease_id = 0;
   SubBucket sub;  // an op on a sub-bucket of a split key (k 0: the key itself)
@@ -57,8 +57,8 @@ struct OpAnswer {
     kUnknownPolicy,
     kKeysExhausted,
     kWrongOwner,
-    kSplit,  // the key is split: nothing charged, use its sub-buckets
-    kMoving,  // the key is being handed to this node by its last owner: nothing charged
+    kSplit,       // the key is split: nothing charged, use its sub-buckets
+    kMoving,      // the key is being handed to this node by its last owner: nothing charged
     kStoreError,  // a durable key's stored state could not be read: nothing charged
     // An op on a sub-bucket whose split is out of date: nothing charged. split_*: the owner's
     // split now (split_k 0: not split, or the answering node does not know it).
@@ -71,7 +71,7 @@ struct OpAnswer {
   int denied_by = -1;
   std::string denied_policy;
   std::vector<LimitDecision> results;  // per limit: the op's, then its ancestors
-  int64_t granted = 0;  // LEASE: units granted; RETURN: units given back
+  int64_t granted = 0;                 // LEASE: units granted; RETURN: units given back
   int64_t granted_at_ms = 0;
   int64_t lease_ttl_ms = 0;
   int64_t suggested_lease = 0;

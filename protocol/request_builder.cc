@@ -79,13 +79,12 @@ void RequestBuilder::Hello(std::string_view client_name, std::span<const uint8_t
 void RequestBuilder::Check(uint64_t id, std::string_view policy, std::string_view key,
                            std::string_view tenant, int64_t cost, std::string_view operation,
                            bool dry_run) {
-  impl_->Add(id, wire::OpType::Check, impl_->One(policy, key), tenant, cost, operation, dry_run,
-             0);
+  impl_->Add(id, wire::OpType::Check, impl_->One(policy, key), tenant, cost, operation, dry_run, 0);
 }
 
-void RequestBuilder::CheckMany(uint64_t id,
-                               std::span<const std::pair<std::string_view, std::string_view>> limits,
-                               std::string_view tenant, int64_t cost, bool dry_run) {
+void RequestBuilder::CheckMany(
+    uint64_t id, std::span<const std::pair<std::string_view, std::string_view>> limits,
+    std::string_view tenant, int64_t cost, bool dry_run) {
   std::vector<flatbuffers::Offset<wire::Limit>> list;
   for (const auto& [policy, key] : limits) {
     const auto p = impl_->Str(policy);
@@ -127,8 +126,8 @@ void RequestBuilder::HotKeys(uint64_t id) {
 
 void RequestBuilder::Regions(uint64_t id, std::string_view policy, std::string_view key,
                              std::string_view tenant) {
-  impl_->Add(id, wire::OpType::Regions, policy.empty() ? 0 : impl_->One(policy, key), tenant, 1,
-             {}, false, 0);
+  impl_->Add(id, wire::OpType::Regions, policy.empty() ? 0 : impl_->One(policy, key), tenant, 1, {},
+             false, 0);
 }
 
 void RequestBuilder::Members(uint64_t id) {

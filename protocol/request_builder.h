@@ -31,8 +31,8 @@ class RequestBuilder {
   void Lease(uint64_t id, std::string_view policy, std::string_view key, std::string_view tenant,
              int64_t units);
   // Gives back `units` of the lease that LEASE answered with lease_id and granted_at_ms.
-  void Return(uint64_t id, std::string_view policy, std::string_view key,
-              std::string_view tenant, int64_t units, int64_t leased_at_ms, uint64_t lease_id);
+  void Return(uint64_t id, std::string_view policy, std::string_view key, std::string_view tenant,
+              int64_t units, int64_t leased_at_ms, uint64_t lease_id);
   void Inspect(uint64_t id, std::string_view policy, std::string_view key,
                std::string_view tenant = {});
   void Stats(uint64_t id);
@@ -47,8 +47,7 @@ class RequestBuilder {
                std::string_view tenant = {});
   // Makes the next op (Check, Lease, Return, Inspect) one on sub-bucket `index` of a key split
   // `k` ways in split `epoch`.
-  void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch,
-                   std::span<const uint8_t> token = {});
+  void OnSubBucket(uint16_t k, uint16_t index, uint32_t epoch, std::span<const uint8_t> token = {});
 
   size_t ops() const;
   // The encoded body, valid until the next call that changes the builder.

@@ -38,9 +38,8 @@ KeyId LimitId(const Policy& policy, std::string_view key, std::string_view tenan
 
 KeyId LimitIdOfRequest(std::string_view policy, std::string_view key, std::string_view tenant) {
   // The routing key is the tenant when there is one (RoutingKey): its slot goes in the id.
-  return tenant.empty()
-             ? WithRingSlot(MakeKeyId({policy, key}), Ring::SlotOf(key))
-             : WithRingSlot(MakeKeyId({policy, tenant, key}), Ring::SlotOf(tenant));
+  return tenant.empty() ? WithRingSlot(MakeKeyId({policy, key}), Ring::SlotOf(key))
+                        : WithRingSlot(MakeKeyId({policy, tenant, key}), Ring::SlotOf(tenant));
 }
 
 KeyId AncestorId(const Policy& ancestor, std::string_view tenant) {
@@ -65,8 +64,8 @@ KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, ui
   return SubBucketIdInSlot(policy, key, epoch, index, Ring::SlotOf(routing));
 }
 
-KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch,
-                        uint16_t index, uint32_t slot) {
+KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index,
+                        uint32_t slot) {
   char e[24], i[24];
   return WithRingSlot(MakeKeyId({policy.name, key, Decimal(e, epoch), Decimal(i, index)}), slot);
 }
@@ -83,8 +82,7 @@ std::string TooLong(std::string_view what, size_t bytes, size_t most) {
 }
 
 std::string CostOutOfRange(int64_t cost) {
-  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " +
-         std::to_string(cost);
+  return "cost must be between 1 and " + std::to_string(kMaxCost) + ", got " + std::to_string(cost);
 }
 
 std::string MissingTenant(const Policy& policy) {

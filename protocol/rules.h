@@ -52,16 +52,14 @@ inline KeyId LimitIdInSlot(uint64_t policy_seed, const Policy& policy, std::stri
              ? WithRingSlot(KeyIdOf(ChainKeyId(policy_seed, tenant), key), slot)
              : WithRingSlot(KeyIdOf(policy_seed, key), slot);
 }
-KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch,
-                        uint16_t index, uint32_t slot);
+KeyId SubBucketIdInSlot(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index,
+                        uint32_t slot);
 // Sub-bucket `index` of a key split in split `epoch` (only keys that do not nest split).
 KeyId SubBucketId(const Policy& policy, std::string_view key, uint32_t epoch, uint16_t index);
 
 // Bounds. Each returns ok, or the error a request gets (naming `where`: "limits[0].key", "the
 // key"); the checks are inline and the messages made only for bad requests.
-inline bool KeyInBounds(std::string_view key) {
-  return !key.empty() && key.size() <= kMaxKeyBytes;
-}
+inline bool KeyInBounds(std::string_view key) { return !key.empty() && key.size() <= kMaxKeyBytes; }
 Status KeyError(std::string_view key, std::string_view where);
 inline Status TenantError(std::string_view tenant) {
   if (tenant.size() <= kMaxKeyBytes) return Status::Ok();

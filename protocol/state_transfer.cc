@@ -62,9 +62,14 @@ Imported ImportWindow(Algorithm a, const Rate& rate, Fields f, int64_t now) {
   SlidingWindow::State s{start, static_cast<uint32_t>(std::min(f[2], rate.limit())),
                          static_cast<uint32_t>(std::min(f[1], rate.limit()))};
   switch (WindowsPassed(f[0], w)) {
-    case 0: break;
-    case 1: s.prev = s.curr; s.curr = 0; break;
-    default: return std::optional<KeyLimiter>();
+    case 0:
+      break;
+    case 1:
+      s.prev = s.curr;
+      s.curr = 0;
+      break;
+    default:
+      return std::optional<KeyLimiter>();
   }
   if (s.prev == 0 && s.curr == 0) return std::optional<KeyLimiter>();
   return std::optional<KeyLimiter>(KeyLimiter(s));

@@ -46,8 +46,8 @@ const wire::Reply* VerifiedReply(std::span<const uint8_t> body, std::vector<uint
   return Verified<wire::Reply>(AlignedBody(body, storage));
 }
 
-std::span<const uint8_t> FinishPeerRequest(flatbuffers::FlatBufferBuilder& fbb,
-                                           wire::OpType type, flatbuffers::Offset<wire::Peer> peer) {
+std::span<const uint8_t> FinishPeerRequest(flatbuffers::FlatBufferBuilder& fbb, wire::OpType type,
+                                           flatbuffers::Offset<wire::Peer> peer) {
   wire::OpBuilder op(fbb);
   op.add_id(1);
   op.add_type(type);

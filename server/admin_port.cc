@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "server/admin_port.h"
 
 #include <algorithm>
@@ -11,6 +10,8 @@
 #include <optional>
 #include <thread>
 #include <utility>
+
+#include "common/mutex.h"
 
 // After the standard headers, as everywhere asio is included (server/connection.h says why).
 #include <asio.hpp>

@@ -105,10 +105,9 @@ Status Authenticator::MayActAsPeer(const Session* s, std::string_view what,
   return Status::Ok();
 }
 
-Result<Authenticator::Step> Authenticator::Authenticate(Session& session,
-                                                        const wire::Request& request,
-                                                        std::vector<uint8_t>& out,
-                                                        std::optional<auth::Mac>& node_proof) const {
+Result<Authenticator::Step> Authenticator::Authenticate(
+    Session& session, const wire::Request& request, std::vector<uint8_t>& out,
+    std::optional<auth::Mac>& node_proof) const {
   const wire::Hello* wire_hello = request.hello();
   if (wire_hello == nullptr) {
     return Error{
@@ -169,8 +168,7 @@ Result<Authenticator::Step> Authenticator::Authenticate(Session& session,
   const std::string& secret = secrets->values[static_cast<size_t>(match)];
   session.authenticated = true;
   session.secret_tag = auth::SecretTag(secret);
-  if (!handshake.claimed().empty() && options_.peer_tls && !has_peer_secret_ &&
-      session.tls_node) {
+  if (!handshake.claimed().empty() && options_.peer_tls && !has_peer_secret_ && session.tls_node) {
     session.peer = true;  // the node certificate is the peer credential here
     session.peer_name = handshake.claimed();
   }
@@ -180,12 +178,10 @@ Result<Authenticator::Step> Authenticator::Authenticate(Session& session,
 
 std::optional<auth::SplitToken> Authenticator::SignSplit(std::string_view policy,
                                                          std::string_view key, uint16_t k,
-                                                         uint32_t epoch,
-                                                         int64_t valid_ms) const {
+                                                         uint32_t epoch, int64_t valid_ms) const {
   if (!requires_secret_) return std::nullopt;
   const std::shared_ptr<const auth::Secrets> secrets = secrets_.load();
-  return auth::MakeSplitToken(secrets->values.front(), policy, key, k, epoch,
-                              UnixMs() + valid_ms);
+  return auth::MakeSplitToken(secrets->values.front(), policy, key, k, epoch, UnixMs() + valid_ms);
 }
 
 Authenticator::TokenCheck Authenticator::CheckSplitToken(std::span<const uint8_t> token,

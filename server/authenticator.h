@@ -33,12 +33,12 @@ struct Request;
 // What the node knows of one connection's peer: whether it has proved a credential yet,
 // which role that gives it, and which member it speaks for.
 struct Session {
-  bool authenticated = false;  // may send ops (the gateway role, or no secret is needed)
-  bool peer = false;           // proved the peer credential: node-to-node ops too
-  bool tls_node = false;       // its TLS client certificate is a node's (NoteTlsNode)
-  bool in_process = false;     // a trusted caller in this process (tests, simulations)
-  std::string peer_name;       // the member a peer proved to speak for; "" for a gateway
-  NodeHandshake handshake;     // the hello's steps, while it runs
+  bool authenticated = false;    // may send ops (the gateway role, or no secret is needed)
+  bool peer = false;             // proved the peer credential: node-to-node ops too
+  bool tls_node = false;         // its TLS client certificate is a node's (NoteTlsNode)
+  bool in_process = false;       // a trusted caller in this process (tests, simulations)
+  std::string peer_name;         // the member a peer proved to speak for; "" for a gateway
+  NodeHandshake handshake;       // the hello's steps, while it runs
   uint64_t secret_tag = 0;       // the secret it proved (auth::SecretTag); 0: none
   bool tag_is_peer = false;      // that secret is a peer secret (else a gateway secret)
   uint64_t secrets_version = 0;  // the node's secrets when the tag was last checked
@@ -78,8 +78,7 @@ class Authenticator {
   // error: the refusal, after which the connection is closed.
   enum class Step { kProceed, kAnswered };
   Result<Step> Authenticate(Session& session, const wire::Request& request,
-                            std::vector<uint8_t>& out,
-                            std::optional<auth::Mac>& node_proof) const;
+                            std::vector<uint8_t>& out, std::optional<auth::Mac>& node_proof) const;
   // Whether the session may send `what`, a node-to-node op, speaking for `member` (null: it
   // names none); the error says why not.
   Status MayActAsPeer(const Session* session, std::string_view what,

@@ -18,16 +18,43 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
     NodeConfig c;
     if (!root.IsDefined() || root.IsNull()) return c;  // an empty file: all defaults
     const auto fields = r.Fields(root, "",
-                                 {"name", "listen", "admin", "policies", "threads", "max_keys",
-                                  "idle_timeout", "frame_timeout", "max_connections", "max_frame",
-                                  "members", "generation", "members_dns", "self", "hot_keys",
-                                  "secret_file", "secret_reload", "insecure", "max_ops_per_frame",
-                                  "max_reply_bytes", "tls", "max_tls_handshakes",
-                                  "handoff_deadline", "region", "regions", "rebalance_interval",
-                                  "region_floor", "region_max_keys", "data_dir", "durability",
-                                  "sync_interval", "peer_secret_file", "key_seed_file",
-                                  "auth_timeout", "max_preauth_connections",
-                                  "max_preauth_per_source", "max_tls_handshakes_per_source",
+                                 {"name",
+                                  "listen",
+                                  "admin",
+                                  "policies",
+                                  "threads",
+                                  "max_keys",
+                                  "idle_timeout",
+                                  "frame_timeout",
+                                  "max_connections",
+                                  "max_frame",
+                                  "members",
+                                  "generation",
+                                  "members_dns",
+                                  "self",
+                                  "hot_keys",
+                                  "secret_file",
+                                  "secret_reload",
+                                  "insecure",
+                                  "max_ops_per_frame",
+                                  "max_reply_bytes",
+                                  "tls",
+                                  "max_tls_handshakes",
+                                  "handoff_deadline",
+                                  "region",
+                                  "regions",
+                                  "rebalance_interval",
+                                  "region_floor",
+                                  "region_max_keys",
+                                  "data_dir",
+                                  "durability",
+                                  "sync_interval",
+                                  "peer_secret_file",
+                                  "key_seed_file",
+                                  "auth_timeout",
+                                  "max_preauth_connections",
+                                  "max_preauth_per_source",
+                                  "max_tls_handshakes_per_source",
                                   "reply_budget"});
     const auto in = [&](const YamlReader::Field& g, const std::string& field, Bound b) {
       return r.IntInRange(g, field, b.min, b.max);
@@ -37,7 +64,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
     };
     // Paths in the file are relative to it.
     auto file_path = [&](const std::filesystem::path& p) {
-      return p.is_absolute() ? p.string() : (std::filesystem::path(path).parent_path() / p).string();
+      return p.is_absolute() ? p.string()
+                             : (std::filesystem::path(path).parent_path() / p).string();
     };
     for (const auto& [name, f] : fields) {
       if (name == "name") {
@@ -188,7 +216,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
         c.node.regions.floor = std::strtod(text.c_str(), &end);
         if (end != text.c_str() + text.size() || !(c.node.regions.floor >= 0) ||
             c.node.regions.floor > 1) {
-          r.Fail(f.value, name, "expected a share of the limit between 0 and 1, got '" + text + "'");
+          r.Fail(f.value, name,
+                 "expected a share of the limit between 0 and 1, got '" + text + "'");
         }
       } else if (name == "region_max_keys") {
         c.node.regions.max_keys = in(f, name, kRegionMaxKeys);

@@ -1,17 +1,16 @@
-#include "common/mutex.h"
 #include "server/connection.h"
-
-#include <algorithm>
-#include <deque>
-#include <optional>
-#include <vector>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <asio/ssl/context.hpp>
+#include <deque>
+#include <optional>
+#include <vector>
 
+#include "common/mutex.h"
 #include "protocol/read_buffer.h"
 #include "server/durable_store.h"
 #include "server/node_certificates.h"
@@ -271,16 +270,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   bool OverBudget() const {
-    return set_.limits_.buffered.load(std::memory_order_relaxed) >
-           set_.options_.reply_budget_bytes;
+    return set_.limits_.buffered.load(std::memory_order_relaxed) > set_.options_.reply_budget_bytes;
   }
   // Brings the node's count of buffered reply bytes up to date with this connection's.
   void Account() {
     const size_t now_held = pending_.size() + out_.size();
     if (now_held == buffered_) return;
-    set_.limits_.buffered.fetch_add(static_cast<int64_t>(now_held) -
-                                        static_cast<int64_t>(buffered_),
-                                    std::memory_order_relaxed);
+    set_.limits_.buffered.fetch_add(
+        static_cast<int64_t>(now_held) - static_cast<int64_t>(buffered_),
+        std::memory_order_relaxed);
     buffered_ = now_held;
   }
   // Gives back its pre-auth slot, once: when it authenticates, when it ends, or when the
@@ -324,10 +322,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       TlsWrite();
       return;
     }
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                        self->OnWritten(ec);
-                      });
+    asio::async_write(
+        socket_, asio::buffer(out_),
+        [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnWritten(ec); });
   }
 
   // How many bytes of pending_ may go: up to the first reply whose frame's durable changes are
@@ -534,7 +531,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<SSL, SslFree> ssl_;  // TLS over socket_'s descriptor; null: plain TCP
   ConnectionSet& set_;
   std::list<std::weak_ptr<Connection>>::iterator registry_it_;
-  Admission admission_;  // its source, whether it is a peer's
+  Admission admission_;             // its source, whether it is a peer's
   std::atomic<bool> preauth_held_;  // it holds a pre-auth slot (admission_.preauth at first)
   Session session_;
   ReadBuffer in_;
@@ -559,9 +556,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
   std::deque<Held> held_;
   bool sync_waiting_ = false;
-  bool releasing_ = false;  // the read in flight was cancelled to free its buffer
-  bool turn_posted_ = false;  // frames wait in in_ for a posted turn (PostTurn); no read
-  bool handshaking_ = false;  // TLS: the handshake has begun and not ended
+  bool releasing_ = false;      // the read in flight was cancelled to free its buffer
+  bool turn_posted_ = false;    // frames wait in in_ for a posted turn (PostTurn); no read
+  bool handshaking_ = false;    // TLS: the handshake has begun and not ended
   bool budget_paused_ = false;  // not reading: the node's replies are over the budget
 };
 
@@ -620,8 +617,8 @@ void PreauthQueue::Add(std::shared_ptr<Connection> c) {
   MutexLock lock(mu_);
   // Entries older than the auth timeout have authenticated or been closed by then: they go
   // from the front, so the queue holds what the last auth_timeout accepted, at most.
-  while (!entries_.empty() && (now - entries_.front().added >= horizon_ ||
-                               entries_.front().connection.expired())) {
+  while (!entries_.empty() &&
+         (now - entries_.front().added >= horizon_ || entries_.front().connection.expired())) {
     entries_.pop_front();
   }
   entries_.push_back({std::move(c), now});

@@ -32,8 +32,8 @@
 #include <cstdint>
 #include <deque>
 #include <list>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 // After a standard header: asio decides how it allocates by what libstdc++ has declared, and
@@ -41,8 +41,8 @@
 // them).
 #include <asio/ip/tcp.hpp>
 
-#include "common/mutex.h"
 #include "common/counter.h"
+#include "common/mutex.h"
 #include "common/shared_value.h"
 #include "server/node.h"
 #include "server/server.h"
@@ -152,8 +152,8 @@ class ConnectionSet {
   Counter idle_timeouts_;
   Counter tls_handshake_failures_;
   Counter tls_handshakes_refused_;
-  Counter auth_timeouts_;   // not authenticated within auth_timeout
-  Counter budget_closes_;   // closed to bring the node's buffered replies within the budget
+  Counter auth_timeouts_;      // not authenticated within auth_timeout
+  Counter budget_closes_;      // closed to bring the node's buffered replies within the budget
   Counter preauth_evictions_;  // closed before authenticating, to make room for a newer one
 };
 

@@ -35,7 +35,8 @@ class Reader {
   bool Fixed64(int64_t& v) {
     if (in_.size() - pos_ < 8) return false;
     uint64_t u = 0;
-    for (int i = 7; i >= 0; --i) u = u << 8 | static_cast<uint8_t>(in_[pos_ + static_cast<size_t>(i)]);
+    for (int i = 7; i >= 0; --i)
+      u = u << 8 | static_cast<uint8_t>(in_[pos_ + static_cast<size_t>(i)]);
     pos_ += 8;
     v = static_cast<int64_t>(u);
     return true;
@@ -75,7 +76,6 @@ std::string RecordKey(const KeyId& id) {
   }
   return k;
 }
-
 
 std::optional<KeyId> IdOfRecordKey(std::string_view key) {
   if (key.size() != 17 || key[0] != kRecordPrefix) return std::nullopt;

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "server/durable_store.h"
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "protocol/rules.h"
 #include "server/durable_record.h"
 #include "server/policy_clock.h"
@@ -142,7 +142,8 @@ class ExpiryFilter final : public rocksdb::CompactionFilter {
       return true;
     }
     const int64_t wall = shared_.clock.WallMs();
-    Result<std::optional<KeyLimiter>> k = durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
+    Result<std::optional<KeyLimiter>> k =
+        durable::Import(*p, r, PolicyNowMs(*p, shared_.clock), wall);
     if (!k) {  // the policy changed what the key means (its calendar), or a damaged record
       shared_.dropped.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -454,8 +455,8 @@ class RocksStore final : public DurableStore {
     int64_t moved = 0, dropped = 0;
     if (s.ok()) {
       std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-      for (it->Seek(std::string(1, durable::kRecordPrefix)); it->Valid() && it->key()[0] == durable::kRecordPrefix;
-           it->Next()) {
+      for (it->Seek(std::string(1, durable::kRecordPrefix));
+           it->Valid() && it->key()[0] == durable::kRecordPrefix; it->Next()) {
         const Result<durable::Record> decoded = durable::Decode(it->value().ToStringView());
         if (!decoded.ok()) {
           return Error{"a record cannot be read while moving to a new key-id seed: " +
@@ -475,8 +476,8 @@ class RocksStore final : public DurableStore {
       }
       if (!it->status().ok()) return Error{"cannot read its records: " + it->status().ToString()};
       std::cerr << "limiterd: data dir '" << options_.data_dir
-                << "' was written under another key-id seed (the cluster secret changed): "
-                << moved << " records moved to the new ids, " << dropped
+                << "' was written under another key-id seed (the cluster secret changed): " << moved
+                << " records moved to the new ids, " << dropped
                 << " dropped (handed over by id alone, or of a policy that is gone)\n";
       shared_.dropped.fetch_add(dropped, std::memory_order_relaxed);
     }
@@ -677,18 +678,18 @@ class RocksStore final : public DurableStore {
     Pending pending LIMITER_GUARDED_BY(mu);
   };
   std::array<Shard, kShards> shards_;
-  std::array<Pending, kShards> taken_;  // the committer's: the batch being written
+  std::array<Pending, kShards> taken_;     // the committer's: the batch being written
   std::atomic<int64_t> pending_count_{0};  // keys queued over the shards
-  std::atomic<uint64_t> open_seq_{1};  // the batch being filled; moved with every shard locked
+  std::atomic<uint64_t> open_seq_{1};      // the batch being filled; moved with every shard locked
   bool flush_ LIMITER_GUARDED_BY(mu_) = false;
   bool stop_ LIMITER_GUARDED_BY(mu_) = false;
   std::vector<std::pair<uint64_t, std::function<void()>>> waiters_ LIMITER_GUARDED_BY(mu_);
   // Every batch up to this one is finished: durable, or given up (then in failed_).
   std::atomic<uint64_t> finished_{0};
   std::set<uint64_t> failed_ LIMITER_GUARDED_BY(mu_);  // batches given up (the latest ones)
-  std::atomic<uint64_t> max_failed_{0};  // the latest batch given up; 0: none
-  Pending unwritten_ LIMITER_GUARDED_BY(mu_);  // records of batches given up
-  std::atomic<bool> failing_{false};     // the last write failed and no Resume succeeded since
+  std::atomic<uint64_t> max_failed_{0};                // the latest batch given up; 0: none
+  Pending unwritten_ LIMITER_GUARDED_BY(mu_);          // records of batches given up
+  std::atomic<bool> failing_{false};  // the last write failed and no Resume succeeded since
   std::string failure_ LIMITER_GUARDED_BY(mu_);  // why the last write failed
 
   std::atomic<int64_t> writes_{0}, commits_{0}, reads_{0}, read_hits_{0}, errors_{0};
@@ -714,8 +715,7 @@ Result<std::unique_ptr<DurableStore>> DurableStore::Open(const PolicySet& polici
 #endif  // LIMITER_WITH_ROCKSDB
 
 Result<std::unique_ptr<DurableStore>> OpenDurableStore(const PolicySet& policies,
-                                                       const Clock& clock,
-                                                       DurableOptions options) {
+                                                       const Clock& clock, DurableOptions options) {
   const Policy* durable = nullptr;
   for (const Policy& p : policies.policies()) {
     if (p.durable) {

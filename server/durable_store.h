@@ -82,8 +82,8 @@ class DurableStore {
   // written under another key-id seed are moved to this one's ids (those handed over by id
   // alone cannot be, and are dropped and counted). An error naming the directory when it
   // cannot be used (see above), or when this build has no RocksDB.
-  static Result<std::unique_ptr<DurableStore>> Open(const PolicySet& policies,
-                                                    const Clock& clock, DurableOptions options);
+  static Result<std::unique_ptr<DurableStore>> Open(const PolicySet& policies, const Clock& clock,
+                                                    DurableOptions options);
   // Whether this build can open a database at all.
   static bool Available();
 
@@ -148,7 +148,6 @@ class DurableStore {
 // What limiterd opens at start: null when no policy is durable; an error when some is and no
 // data dir is given (naming the policy), or when the database cannot be opened.
 Result<std::unique_ptr<DurableStore>> OpenDurableStore(const PolicySet& policies,
-                                                       const Clock& clock,
-                                                       DurableOptions options);
+                                                       const Clock& clock, DurableOptions options);
 
 }  // namespace limiter

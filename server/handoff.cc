@@ -8,9 +8,9 @@
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
 #include "server/durable_store.h"
+#include "server/policy_clock.h"
 #include "server/region_shares.h"
 #include "server/store.h"
-#include "server/policy_clock.h"
 
 namespace limiter {
 namespace {
@@ -100,8 +100,8 @@ HandoffStats Handoff::Export(const Ownership::Job& job, const Sink& send,
     const auto records = fbb.CreateVector(b->keys);
     const auto splits = fbb.CreateVector(b->splits);
     const auto from = fbb.CreateString(options_.self);
-    const auto handoff = wire::CreateHandoff(fbb, from, to_list->generation, policies_.digest(), seed,
-                                             now, records, splits, done);
+    const auto handoff = wire::CreateHandoff(fbb, from, to_list->generation, policies_.digest(),
+                                             seed, now, records, splits, done);
     const std::span<const uint8_t> body =
         FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
     if (std::chrono::steady_clock::now() >= deadline) {  // too late: nothing more is sent
@@ -209,9 +209,8 @@ std::variant<Handoff::Received, Handoff::Refused> Handoff::Receive(const wire::H
   const wire::Handoff* h = &batch;
   // Only a member of a list this node held lately.
   const std::vector<std::shared_ptr<const ClusterRing>> known = ownership_.KnownLists();
-  const bool member = std::any_of(known.begin(), known.end(), [&](const auto& m) {
-    return IndexOf(m->ring, from) >= 0;
-  });
+  const bool member = std::any_of(known.begin(), known.end(),
+                                  [&](const auto& m) { return IndexOf(m->ring, from) >= 0; });
   if (!member) {
     counters_.refused_batches.fetch_add(1);
     return Refused{wire::Status::Forbidden,
@@ -246,8 +245,10 @@ std::variant<Handoff::Received, Handoff::Refused> Handoff::Receive(const wire::H
       }
       if (!ownership_.MayHand(from, RingSlotOf(id), known)) {
         counters_.keys_refused.fetch_add(1);
-        refuse(i, "its ring slot " + std::to_string(RingSlotOf(id)) + " is not one this node "
-               "gains from " + from);
+        refuse(i, "its ring slot " + std::to_string(RingSlotOf(id)) +
+                      " is not one this node "
+                      "gains from " +
+                      from);
         continue;
       }
       const int policy = k->policy();
@@ -280,7 +281,8 @@ std::variant<Handoff::Received, Handoff::Refused> Handoff::Receive(const wire::H
             refuse(i, stored.error());
             continue;
           }
-          if (*stored) **state = StricterOf(p.rate, std::move(**state), std::move(**stored), key_now);
+          if (*stored)
+            **state = StricterOf(p.rate, std::move(**state), std::move(**stored), key_now);
         }
         if (!store_.TryReserve(policy, store_.NewKeyUnits(policy))) {
           store_.NoteRefusal(policy);
@@ -290,7 +292,8 @@ std::variant<Handoff::Received, Handoff::Refused> Handoff::Receive(const wire::H
         }
         if (policies_.durable(policy)) {
           // Handed over by id: its strings are not known here (DurableKeyName::kIdOnly).
-          r.durable_seq = std::max(r.durable_seq, durable_->Write(policy, id, {}, **state, key_now));
+          r.durable_seq =
+              std::max(r.durable_seq, durable_->Write(policy, id, {}, **state, key_now));
         }
         store_.Pack(policy, std::move(**state), store_.Insert(policy, id));
         if (regions_ && policies_.global(policy) && k->share() > 0) {

@@ -47,7 +47,7 @@ class Handoff {
   struct Options {
     std::string self;
     uint32_t max_frame_bytes = kDefaultMaxFrameBytes;  // a record fits a quarter of a peer's
-    int64_t deadline_ms = 10'000;  // a job sends nothing after this
+    int64_t deadline_ms = 10'000;                      // a job sends nothing after this
   };
   // Waits until every frame that began before the call has ended, or `deadline` (the node's
   // workers: frames begun under an old ring may still charge the keys it gives away).

@@ -1,9 +1,9 @@
-#include "common/mutex.h"
 #include "server/hot_keys.h"
 
 #include <algorithm>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "server/authenticator.h"
 #include "server/sub_rates.h"
 

@@ -24,9 +24,9 @@
 #include <string_view>
 #include <vector>
 
-#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/hot_key_sketch.h"
+#include "common/mutex.h"
 #include "common/rate.h"
 #include "protocol/auth.h"
 #include "protocol/key_id.h"
@@ -50,8 +50,8 @@ struct HotKeyOptions {
 
 class HotKeys {
  public:
-  HotKeys(const PolicyTable& policies, const Clock& clock, Store& store,
-          const Authenticator& auth, HotKeyOptions options);
+  HotKeys(const PolicyTable& policies, const Clock& clock, Store& store, const Authenticator& auth,
+          HotKeyOptions options);
 
   // One worker's sample of its operations. Owned by HotKeys; stable address.
   class Sampler {
@@ -63,7 +63,7 @@ class HotKeys {
     Mutex mu_;
     HotKeySketch sketch_ LIMITER_GUARDED_BY(mu_);
     uint32_t sampled_ = 0;  // the worker's own
-    std::string display_;  // scratch: a sub-bucket's name
+    std::string display_;   // scratch: a sub-bucket's name
   };
   Sampler& AddSampler();
 
@@ -138,7 +138,7 @@ class HotKeys {
   std::vector<std::vector<Rate>> sub_rates_;
   std::atomic<uint32_t> split_epoch_{0};
 
-  mutable Mutex mu_;  // Tick and Top
+  mutable Mutex mu_;                                                        // Tick and Top
   std::vector<std::unique_ptr<Sampler>> samplers_ LIMITER_GUARDED_BY(mu_);  // (the vector only)
   std::vector<HotKey> top_ LIMITER_GUARDED_BY(mu_);
   int64_t last_tick_ms_ LIMITER_GUARDED_BY(mu_) = 0;

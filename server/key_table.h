@@ -18,7 +18,6 @@
 
 namespace limiter {
 
-
 struct Slot {
   KeyId id;
   alignas(8) std::array<std::byte, 16> state;

@@ -138,8 +138,8 @@ void KeyTransaction::Abandon() {
 }
 
 void KeyTransaction::Persist(const LimitEntry& e) {
-  const DurableKeyName name{e.ancestor ? DurableKeyName::kAncestor : DurableKeyName::kLimit,
-                            e.key, e.ancestor ? std::string_view() : e.tenant};
+  const DurableKeyName name{e.ancestor ? DurableKeyName::kAncestor : DurableKeyName::kLimit, e.key,
+                            e.ancestor ? std::string_view() : e.tenant};
   durable_seq_ = std::max(durable_seq_, s_.durable->Write(e.policy, e.id, name, e.limiter, e.now));
 }
 

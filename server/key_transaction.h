@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "common/calendar.h"
-#include "common/limit_decision.h"
 #include "common/key_limiter.h"
+#include "common/limit_decision.h"
 #include "common/rate.h"
 #include "limiter/status.h"
 #include "protocol/key_id.h"
@@ -41,7 +41,7 @@ struct LimitEntry {
   bool ancestor = false;    // charged as the ancestor of a named limit (key is the tenant)
   int64_t now = 0;          // the policy's time for this op (server/policy_clock.h)
   const Calendar* calendar = nullptr;  // the policy's, if it runs on one
-  uint16_t split_k = 0;     // a sub-bucket: of a key split this many ways
+  uint16_t split_k = 0;                // a sub-bucket: of a key split this many ways
   uint16_t split_index = 0;
   int64_t cost = 1;
   Slot* slot = nullptr;

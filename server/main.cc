@@ -133,8 +133,7 @@ int main(int argc, char** argv) {
       ->check(InBound(kSecretReloadMs));
   app.add_flag("--insecure", insecure,
                "Serve beyond loopback without a cluster secret (every peer is trusted)");
-  app.add_option("--max-ops-per-frame", max_ops_per_frame,
-                 "Ops one frame may carry (default 8192)")
+  app.add_option("--max-ops-per-frame", max_ops_per_frame, "Ops one frame may carry (default 8192)")
       ->check(InBound(kMaxOpsPerFrame));
   limiter::TlsOptions tls;
   app.add_option("--tls-cert", tls.cert_file,
@@ -192,7 +191,8 @@ int main(int argc, char** argv) {
   if (!secret_file.empty()) config.secret_file = secret_file;
   if (secret_reload_ms > 0) config.secret_reload_ms = secret_reload_ms;
   if (insecure) config.insecure = true;
-  if (max_ops_per_frame > 0) config.node.max_ops_per_frame = static_cast<uint32_t>(max_ops_per_frame);
+  if (max_ops_per_frame > 0)
+    config.node.max_ops_per_frame = static_cast<uint32_t>(max_ops_per_frame);
   if (!tls.cert_file.empty() || !tls.key_file.empty() || !tls.ca_file.empty() ||
       !tls.peer_ca_file.empty()) {
     config.server.tls = tls;  // the flags replace the file's tls: whole

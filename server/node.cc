@@ -1,7 +1,6 @@
 // Node: frames in, replies out. Verifying a frame, dispatching its ops and encoding their
 // replies; resolving an op's limits is in node_resolve.cc, what each op does to the store in
 // node_ops.cc, the node-to-node ops in node_peer_ops.cc.
-#include "common/mutex.h"
 #include "server/node.h"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "protocol/reply_encoding.h"
 #include "protocol/wire.h"
 #include "server/durable_store.h"
@@ -55,9 +55,7 @@ Node::Node(const PolicySet& policies, const Clock& clock, NodeOptions options,
                  options_.members, options_.generation),
       handoff_(table_, clock, store_, durable_.get(), regions_.get(), ownership_,
                {options_.self, options_.max_frame_bytes, options_.handoff_deadline_ms},
-               [this](std::chrono::steady_clock::time_point deadline) {
-                 WaitForFrames(deadline);
-               }),
+               [this](std::chrono::steady_clock::time_point deadline) { WaitForFrames(deadline); }),
       hot_keys_(table_, clock, store_, auth_, options_.hot),
       metrics_({table_, clock, store_, ownership_, handoff_, durable_.get(), regions_.get(),
                 [this](const std::function<void(const WorkerCounters&)>& visit) {
@@ -143,8 +141,10 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
   if (session.secret_tag != 0 && !auth_.SessionValid(session)) {
     // Rotation removed the secret this connection proved: it proves the current one anew.
     w.counters.sessions_revoked.Add();
-    ErrorFrame(w, "the secret this connection proved is no longer accepted (it was removed "
-                  "from the node's secret file); reconnect with the current one", out);
+    ErrorFrame(w,
+               "the secret this connection proved is no longer accepted (it was removed "
+               "from the node's secret file); reconnect with the current one",
+               out);
     return AfterFrame::kClose;
   }
   std::optional<auth::Mac> node_proof;
@@ -197,8 +197,9 @@ Node::AfterFrame Node::HandleFrame(Worker& w, Session& session, std::span<const 
         // What was done stays done (as for a client that drops a reply); the peer asked for
         // more than a reply may hold, and hears why.
         w.counters.frames_refused.Add();
-        ErrorFrame(w, "the reply to this frame would exceed " +
-                          std::to_string(options_.max_reply_bytes) + " bytes; send fewer ops",
+        ErrorFrame(w,
+                   "the reply to this frame would exceed " +
+                       std::to_string(options_.max_reply_bytes) + " bytes; send fewer ops",
                    out);
         return AfterFrame::kClose;
       }
@@ -258,17 +259,15 @@ void Node::EncodeReply(Worker& w, const wire::Op& op, const ClusterRing& m, OpRe
   if (r.with_regions) {
     w.regions.clear();
     for (const RegionShares::View& v : w.region_views) {
-      w.regions.push_back(
-          {v.region, v.share, v.demand, v.report_age_ms, v.link_age_ms, v.pending_share,
-           v.link_up});
+      w.regions.push_back({v.region, v.share, v.demand, v.report_age_ms, v.link_age_ms,
+                           v.pending_share, v.link_up});
     }
     f.regions = &w.regions;
   }
   w.replies.push_back(EncodeOpReply(w.fbb, op.id(), f));
 }
 
-void Node::HandleOp(Worker& w, const wire::Op& op, const ClusterRing& m, int64_t now,
-                    OpResult& r) {
+void Node::HandleOp(Worker& w, const wire::Op& op, const ClusterRing& m, int64_t now, OpResult& r) {
   w.entries.clear();
   const int type = static_cast<int>(op.type());
   switch (op.type()) {

@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/policy.h"
 #include "limiter/status.h"
 #include "protocol/frame_codec.h"
@@ -131,8 +131,8 @@ class Node {
   Ahead Lookahead(Worker& w, const wire::Op& op) const;
   // Fills w.entries with the op's limits and their ancestors; a global limit gets this
   // region's share (RegionShares::Use), counting the units the op asks for as its demand.
-  bool Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool single,
-               CostUse cost_use, int64_t now, OpResult& r);
+  bool Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool single, CostUse cost_use,
+               int64_t now, OpResult& r);
   // Whether an op on a sub-bucket names a split its owner really made and still hands out;
   // when not, r fails with why: SplitChanged for a view out of date (on the key's owner,
   // with its split now), BadRequest for a token no member of the cluster made.
@@ -182,7 +182,8 @@ class Node {
   std::atomic<uint64_t> next_lease_id_;
 
   mutable Mutex workers_mu_;
-  std::vector<std::unique_ptr<Worker>> workers_ LIMITER_GUARDED_BY(workers_mu_);  // (the vector only)
+  std::vector<std::unique_ptr<Worker>> workers_
+      LIMITER_GUARDED_BY(workers_mu_);  // (the vector only)
 };
 
 }  // namespace limiter

@@ -1,8 +1,8 @@
 // NodeCertificates: tells a node's TLS client certificate from a gateway's, by the peer CA
 // (tls.peer_ca, --tls-peer-ca), a CA that signs node certificates only. The data port's
 // handshake accepts certificates of the client CA and of the peer CA alike; once it is done,
-// a connection whose certificate chains to the peer CA is marked a node (Authenticator::NoteTlsNode),
-// and only such a session may step up to the peer role.
+// a connection whose certificate chains to the peer CA is marked a node
+// (Authenticator::NoteTlsNode), and only such a session may step up to the peer role.
 //
 // Thread-safety: immutable once loaded; Check from any thread (OpenSSL's store is only read).
 #pragma once

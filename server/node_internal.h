@@ -32,10 +32,10 @@ struct Node::OpResult {
   bool tracked = false;
   bool with_stats = false;
   bool with_hot_keys = false;
-  bool with_regions = false;  // REGIONS: Worker::region_views answers
+  bool with_regions = false;                   // REGIONS: Worker::region_views answers
   std::shared_ptr<const ClusterRing> members;  // MEMBERS: the list to answer with
-  auth::SplitToken split_token{};  // reply.split_token points here when signed
-  uint64_t durable_seq = 0;        // the durable batch holding what the op changed
+  auth::SplitToken split_token{};              // reply.split_token points here when signed
+  uint64_t durable_seq = 0;                    // the durable batch holding what the op changed
 
   void Fail(wire::Status s, std::string message) {
     reply.status = s;
@@ -66,16 +66,16 @@ class Node::Worker {
   std::vector<size_t> stripes;
   std::vector<flatbuffers::Offset<wire::OpReply>> replies;
   std::vector<wire::LimitResult> results;
-  std::vector<uint64_t> aligned;  // a request body copied to 8-byte alignment
-  size_t own_limits = 0;          // entries named by the op; the rest are ancestors
-  uint64_t durable_seq = 0;       // the durable batch this worker's replies wait for
-  size_t frame_ops = 0;           // ops in the last frame handled (Node::FrameOps)
-  std::string routing;            // a sub-bucket's routing key, "key#i"
-  Ahead ahead;                    // the op being handled's first limit, if worked out ahead
+  std::vector<uint64_t> aligned;      // a request body copied to 8-byte alignment
+  size_t own_limits = 0;              // entries named by the op; the rest are ancestors
+  uint64_t durable_seq = 0;           // the durable batch this worker's replies wait for
+  size_t frame_ops = 0;               // ops in the last frame handled (Node::FrameOps)
+  std::string routing;                // a sub-bucket's routing key, "key#i"
+  Ahead ahead;                        // the op being handled's first limit, if worked out ahead
   std::string_view last_policy_name;  // the last policy found by name in this frame (FindPolicy)
-  int last_policy = -1;                // its index; -1: none yet in this frame
-  const wire::Peer* peer = nullptr;  // the frame's node-to-node payload, while it is handled
-  const Session* session = nullptr;  // the frame's connection, while it is handled
+  int last_policy = -1;               // its index; -1: none yet in this frame
+  const wire::Peer* peer = nullptr;   // the frame's node-to-node payload, while it is handled
+  const Session* session = nullptr;   // the frame's connection, while it is handled
   // Scratch for the rare parts of a reply (INSPECT, STATS, HOTKEYS), reused.
   std::vector<std::pair<std::string_view, int64_t>> state_fields;
   std::vector<std::pair<std::string, int64_t>> stats;

@@ -19,9 +19,9 @@ namespace {
 constexpr std::array<const char*, kBadFrameKinds> kBad = {"too_large", "empty", "invalid",
                                                           "truncated"};
 constexpr std::array<std::string_view, 3> kOutcomeNames = {"allowed", "denied", "error"};
-constexpr auto kOpNames = std::to_array<std::string_view>(
-    {"check", "lease", "return", "inspect", "stats", "split", "hot_keys", "members", "handoff",
-     "regions", "unknown"});
+constexpr auto kOpNames =
+    std::to_array<std::string_view>({"check", "lease", "return", "inspect", "stats", "split",
+                                     "hot_keys", "members", "handoff", "regions", "unknown"});
 static_assert(kOpNames.size() == kOpTypes + 1, "a name for every op type");
 
 int64_t ResidentBytes() {
@@ -31,8 +31,8 @@ int64_t ResidentBytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 // Latency bucket bounds, in microseconds.
-constexpr std::array<uint64_t, 16> kBoundsUs = {1,   2,   5,    10,   20,   50,    100,   200,
-                                                500, 1000, 2000, 5000, 10000, 50000, 100000, 1000000};
+constexpr std::array<uint64_t, 16> kBoundsUs = {
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000, 100000, 1000000};
 
 void Header(std::ostringstream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
@@ -107,8 +107,9 @@ NodeMetrics::Snapshot NodeMetrics::Collect() const {
       if (ops[t][o] == 0) continue;
       const bool decides = t <= 1;  // check, lease
       const std::string_view outcome = !decides && o == kAllowed ? "ok" : kOutcomeNames[o];
-      out.emplace_back("ops_" + std::string(OpTypeName(static_cast<int>(t))) + "_" + std::string(outcome),
-                       static_cast<int64_t>(ops[t][o]));
+      out.emplace_back(
+          "ops_" + std::string(OpTypeName(static_cast<int>(t))) + "_" + std::string(outcome),
+          static_cast<int64_t>(ops[t][o]));
     }
   }
   out.emplace_back("keys", store.keys());
@@ -192,7 +193,6 @@ NodeMetrics::Snapshot NodeMetrics::Collect() const {
   return snapshot;
 }
 
-
 std::string NodeMetrics::Render() const {
   const PolicyTable& policies = parts_.policies;
   const size_t n_policies = policies.size();
@@ -207,10 +207,12 @@ std::string NodeMetrics::Render() const {
     const bool decides = t <= 1;  // check, lease
     for (size_t o = 0; o < 3; ++o) {
       if (!decides && o == kDenied) continue;
-      const char* outcome = o == kError ? "error" : !decides ? "ok" : o == kAllowed ? "allowed" : "denied";
+      const char* outcome = o == kError     ? "error"
+                            : !decides      ? "ok"
+                            : o == kAllowed ? "allowed"
+                                            : "denied";
       out << "limiter_ops_total{op=\"" << OpTypeName(static_cast<int>(t)) << "\",outcome=\""
-          << outcome << "\"} "
-          << ops[t][o] << '\n';
+          << outcome << "\"} " << ops[t][o] << '\n';
     }
   }
   Header(out, "limiter_decisions_total", "counter",
@@ -383,14 +385,15 @@ std::string NodeMetrics::Render() const {
            "here, by rank; limiter_region_top_demand is their demand.");
     const std::vector<RegionShares::TopShare> top = regions->Top(10);
     for (size_t i = 0; i < top.size(); ++i) {
-      out << "limiter_region_top_share{rank=\"" << i + 1 << "\",policy=\""
-          << Escape(top[i].policy) << "\"} " << top[i].share << '\n';
+      out << "limiter_region_top_share{rank=\"" << i + 1 << "\",policy=\"" << Escape(top[i].policy)
+          << "\"} " << top[i].share << '\n';
     }
-    Header(out, "limiter_region_top_demand", "gauge",
-           "Demand here (units per window, allowed or not) of the keys in limiter_region_top_share.");
+    Header(
+        out, "limiter_region_top_demand", "gauge",
+        "Demand here (units per window, allowed or not) of the keys in limiter_region_top_share.");
     for (size_t i = 0; i < top.size(); ++i) {
-      out << "limiter_region_top_demand{rank=\"" << i + 1 << "\",policy=\""
-          << Escape(top[i].policy) << "\"} " << top[i].demand << '\n';
+      out << "limiter_region_top_demand{rank=\"" << i + 1 << "\",policy=\"" << Escape(top[i].policy)
+          << "\"} " << top[i].demand << '\n';
     }
   }
   Header(out, "limiter_key_units", "gauge",
@@ -428,7 +431,8 @@ std::string NodeMetrics::Render() const {
     Header(out, g.name, g.type, g.help);
     for (size_t p = 0; p < n_policies; ++p) {
       const int64_t v = g.field ? usage[p].*g.field : usage[p].budget.*g.budget;
-      out << g.name << "{policy=\"" << Escape(policies.at(static_cast<int>(p)).name) << "\"} " << v << '\n';
+      out << g.name << "{policy=\"" << Escape(policies.at(static_cast<int>(p)).name) << "\"} " << v
+          << '\n';
     }
   }
   Header(out, "limiter_bad_frames_total", "counter",

@@ -144,8 +144,7 @@ void Node::Lease(Worker& w, int64_t units, int64_t now, OpResult& r) {
   }
 }
 
-void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at,
-                  OpResult& r) {
+void Node::Return(Worker& w, int64_t units, uint64_t lease_id, int64_t leased_at, OpResult& r) {
   KeyTransaction tx(TxStores(), w.entries, w.stripes);
   Result<int64_t> returned = tx.Return(lease_id, leased_at, units);
   r.durable_seq = tx.durable_seq();

@@ -33,8 +33,8 @@ struct NodeOptions {
   auth::Secrets secrets;
   // The peer credential, which only nodes hold: the peer secret(s), and/or, with mutual TLS,
   // a node certificate (peer_tls: the server tells node certificates from gateways' by a
-  // separate CA and marks the session, Authenticator::NoteTlsNode). Only a session that proved it may send
-  // what nodes say to each other: member-list changes, hand-offs, region reports.
+  // separate CA and marks the session, Authenticator::NoteTlsNode). Only a session that proved it
+  // may send what nodes say to each other: member-list changes, hand-offs, region reports.
   auth::Secrets peer_secrets;
   bool peer_tls = false;
   // How far apart the nodes' wall clocks may be: a split token is honoured this long past

@@ -60,8 +60,9 @@ void Node::MembersOp(Worker& w, OpResult& r) {
   }
   if (leaving || joining) {
     const std::string named = (leaving ? leaving : joining)->str();
-    if (Status allowed = MayActAsPeer(w, leaving ? "MEMBERS (leaving)" : "MEMBERS (joining)",
-                                     &named); !allowed.ok()) {
+    if (Status allowed =
+            MayActAsPeer(w, leaving ? "MEMBERS (leaving)" : "MEMBERS (joining)", &named);
+        !allowed.ok()) {
       return r.Fail(wire::Status::Forbidden, allowed.error());
     }
   } else if (whole) {
@@ -84,10 +85,9 @@ void Node::MembersOp(Worker& w, OpResult& r) {
     changed = ownership_.MemberJoins(joining->str(), generation);
   } else if (whole) {
     if (list->size() > Ring::kMaxMembers) {
-      return r.Fail(wire::Status::BadRequest, "members: at most " +
-                                                  std::to_string(Ring::kMaxMembers) +
-                                                  " are allowed, got " +
-                                                  std::to_string(list->size()));
+      return r.Fail(wire::Status::BadRequest,
+                    "members: at most " + std::to_string(Ring::kMaxMembers) + " are allowed, got " +
+                        std::to_string(list->size()));
     }
     std::vector<std::string> members;
     for (flatbuffers::uoffset_t i = 0; i < list->size(); ++i) {
@@ -145,13 +145,13 @@ void Node::RegionsOp(Worker& w, const wire::Op& op, const ClusterRing& m, int64_
     const std::string region = report->region() ? report->region()->str() : std::string();
     if (!auth_.trusts_everyone() && !regions_->IsMemberOf(region, node)) {
       w.counters.peer_refusals.Add();
-      return r.Fail(wire::Status::Forbidden,
-                    "region report from " + node.substr(0, kMaxNameBytes) +
-                        ", which is not a member of region '" + region.substr(0, kMaxNameBytes) +
-                        "' by this node's list of it");
+      return r.Fail(wire::Status::Forbidden, "region report from " + node.substr(0, kMaxNameBytes) +
+                                                 ", which is not a member of region '" +
+                                                 region.substr(0, kMaxNameBytes) +
+                                                 "' by this node's list of it");
     }
-    Result<int64_t> taken = regions_->Receive(*report, table_.digest(), KeyIdSeedDigest(), m.ring,
-                                              options_.self, now);
+    Result<int64_t> taken =
+        regions_->Receive(*report, table_.digest(), KeyIdSeedDigest(), m.ring, options_.self, now);
     if (!taken) return r.Fail(wire::Status::BadRequest, taken.error());
     r.reply.granted = *taken;
     return;

@@ -18,8 +18,7 @@ auth::Bytes BytesOf(const flatbuffers::Vector<uint8_t>* v) {
 }  // namespace
 
 // Inlined in both callers, for every op: the compare is the common case.
-__attribute__((always_inline)) inline int Node::FindPolicy(Worker& w,
-                                                           std::string_view name) const {
+__attribute__((always_inline)) inline int Node::FindPolicy(Worker& w, std::string_view name) const {
   if (w.last_policy >= 0 && name.size() == w.last_policy_name.size() &&
       std::memcmp(name.data(), w.last_policy_name.data(), name.size()) == 0) {
     return w.last_policy;
@@ -99,7 +98,7 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
   // A calendar policy's time: the wall clock, read once per op and only for them.
   int64_t wall = INT64_MIN;
   auto add = [&](int policy, const KeyId& id, std::string_view key, bool ancestor)
-                 __attribute__((always_inline)) {
+      __attribute__((always_inline)) {
     for (const LimitEntry& e : w.entries) {
       if (e.policy == policy && e.id == id) return false;
     }
@@ -147,8 +146,8 @@ bool Node::Resolve(Worker& w, const wire::Op& op, const ClusterRing& m, bool sin
     // The routing key's ring slot: ownership, and the top bits of the key's id (key_id.h).
     std::string_view routing = protocol::RoutingKey(p, key, tenant);
     uint32_t slot = ahead ? w.ahead.slot : Ring::SlotOf(routing);
-    const KeyId id = ahead ? w.ahead.id
-                           : protocol::LimitIdInSlot(table_.id_seed(policy), p, key, tenant, slot);
+    const KeyId id =
+        ahead ? w.ahead.id : protocol::LimitIdInSlot(table_.id_seed(policy), p, key, tenant, slot);
     if (!add(policy, id, key, false)) {
       r.Fail(wire::Status::BadRequest, where() + " repeats an earlier limit");
       return false;

@@ -1,7 +1,8 @@
-#include "common/mutex.h"
 #include "server/ownership.h"
 
 #include <algorithm>
+
+#include "common/mutex.h"
 
 namespace limiter {
 namespace {
@@ -21,8 +22,8 @@ Ownership::Ownership(const Clock& clock, Options options, std::vector<std::strin
     : clock_(clock),
       options_(std::move(options)),
       pending_(std::make_unique<std::atomic<uint8_t>[]>(Ring::kSlots)) {
-  current_.store(std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(members)),
-                                                                 generation}));
+  current_.store(
+      std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(members)), generation}));
   if (options_.join_gate) {
     // Until Join or OpenGate: another member may hold keys this node owns by its list.
     for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(kAnySource);
@@ -35,7 +36,8 @@ Status Ownership::SetMembers(std::vector<std::string> members, uint64_t generati
   MutexLock change(change_mu_);
   const std::shared_ptr<const ClusterRing> current = current_.load();
   if (generation <= current->generation) return Status::Ok();  // not newer: keep ours
-  auto next = std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(members)), generation});
+  auto next =
+      std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(members)), generation});
   if (!next->ring.empty() && !Lists(next->ring, options_.self)) {
     return Error{"this node (" + options_.self + ") is not in the member list"};
   }
@@ -180,9 +182,9 @@ bool Ownership::Adopt(const Ring* before_override, std::shared_ptr<const Cluster
       }
       if (wait_of[o] >= 0) {
         added += pending.load(std::memory_order_relaxed) == 0;
-        pending.store(wait_of[o] < kAnySource - 1 ? static_cast<uint8_t>(wait_of[o] + 1)
-                                                  : kAnySource,
-                      std::memory_order_relaxed);
+        pending.store(
+            wait_of[o] < kAnySource - 1 ? static_cast<uint8_t>(wait_of[o] + 1) : kAnySource,
+            std::memory_order_relaxed);
       }
     }
     count += pending.load(std::memory_order_relaxed) != 0;
@@ -206,8 +208,7 @@ void Ownership::Leave(uint64_t generation) {
   if (others.empty()) return;  // the last node: nobody to hand to, so it serves to the end
   // Newer than the list in use, which may have moved on since `generation` was announced.
   generation = std::max(generation, current->generation + 1);
-  auto next =
-      std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(others)), generation});
+  auto next = std::make_shared<const ClusterRing>(ClusterRing{Ring(std::move(others)), generation});
   MutexLock lock(mu_);
   leaving_.store(true);
   for (uint32_t slot = 0; slot < Ring::kSlots; ++slot) pending_[slot].store(0);

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/mutex.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/shared_value.h"
 #include "limiter/status.h"
 #include "protocol/ring.h"

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "server/peers.h"
 
 #include <algorithm>
@@ -6,9 +5,10 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/member_list.h"
+#include "common/mutex.h"
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
-#include "common/member_list.h"
 #include "protocol/wire.h"
 
 namespace limiter {
@@ -41,8 +41,7 @@ struct Peers::Link {
   std::unique_ptr<NodeConnection> connection LIMITER_GUARDED_BY(mu);  // null: not connected
 };
 
-Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms,
-             int64_t idle_ms)
+Peers::Peers(Node& node, std::shared_ptr<asio::ssl::context> tls, int timeout_ms, int64_t idle_ms)
     : node_(node), tls_(std::move(tls)), timeout_ms_(timeout_ms), idle_ms_(idle_ms) {}
 
 Peers::~Peers() = default;
@@ -52,16 +51,19 @@ Result<std::unique_ptr<Peers>> Peers::Make(Node& node, const TlsOptions& tls, in
   std::shared_ptr<asio::ssl::context> context;
   if (!tls.cert_file.empty()) {
     if (tls.ca_file.empty() && tls.peer_ca_file.empty()) {
-      return Error{"with TLS on the data port, nodes reach each other (hand-off) over TLS too, "
-                   "verified by the peer CA or the client CA: give tls.peer_ca (--tls-peer-ca) "
-                   "or tls.client_ca (--tls-client-ca)"};
+      return Error{
+          "with TLS on the data port, nodes reach each other (hand-off) over TLS too, "
+          "verified by the peer CA or the client CA: give tls.peer_ca (--tls-peer-ca) "
+          "or tls.client_ca (--tls-client-ca)"};
     }
     // The node's certificate serves as its client certificate; the peer CA (else the
     // cluster's CA) verifies the other node's, so that a gateway's certificate never passes
     // for a node's.
-    Result<std::shared_ptr<asio::ssl::context>> made = MakeClientTlsContext(TlsOptions{
-        tls.cert_file, tls.key_file, tls.peer_ca_file.empty() ? tls.ca_file : tls.peer_ca_file,
-        {}});
+    Result<std::shared_ptr<asio::ssl::context>> made =
+        MakeClientTlsContext(TlsOptions{tls.cert_file,
+                                        tls.key_file,
+                                        tls.peer_ca_file.empty() ? tls.ca_file : tls.peer_ca_file,
+                                        {}});
     if (!made) return Error{made.error()};
     context = std::move(made).value();
   }
@@ -216,8 +218,8 @@ void Peers::Leave() {
   }
   // Linger a moment, answering WrongOwner with the new list: a gateway that sends this node
   // anything meanwhile learns the list here rather than from a refused connection.
-  std::this_thread::sleep_for(std::chrono::milliseconds(
-      std::min<int64_t>(kLingerMs, node_.options().handoff_deadline_ms)));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::min<int64_t>(kLingerMs, node_.options().handoff_deadline_ms)));
   const auto& c = node_.handoff().counters();
   Log("left the cluster at generation " + std::to_string(generation) + ": " +
       std::to_string(c.keys_sent.load() - sent_before) + " keys handed over, " +

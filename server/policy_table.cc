@@ -30,9 +30,9 @@ PolicyTable::PolicyTable(const PolicySet& policies, bool durable_store, bool reg
       }
     }
     text += p.name + '\n' + std::to_string(static_cast<int>(p.algorithm)) + ' ' +
-            std::to_string(static_cast<int>(p.scope)) + ' ' + std::to_string(p.rate.limit()) +
-            ' ' + std::to_string(p.rate.window_ms()) + ' ' + std::to_string(p.rate.burst()) +
-            ' ' + std::to_string(p.parent_index) + '\n';
+            std::to_string(static_cast<int>(p.scope)) + ' ' + std::to_string(p.rate.limit()) + ' ' +
+            std::to_string(p.rate.window_ms()) + ' ' + std::to_string(p.rate.burst()) + ' ' +
+            std::to_string(p.parent_index) + '\n';
   }
   digest_ = XXH3_64bits(text.data(), text.size());
 }

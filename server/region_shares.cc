@@ -1,14 +1,14 @@
-#include "common/mutex.h"
 #include "server/region_shares.h"
+
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
 
-#include <xxhash.h>
-
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "common/share_allocation.h"
 #include "protocol/wire.h"
 
@@ -16,9 +16,9 @@ namespace limiter {
 namespace {
 
 constexpr size_t kShards = 16;
-constexpr size_t kBuckets = 64;        // demand kept per 100 ms, this many back (6.4 s)
+constexpr size_t kBuckets = 64;  // demand kept per 100 ms, this many back (6.4 s)
 constexpr int64_t kBucketMs = 100;
-constexpr size_t kReportKeys = 4096;   // keys per report frame
+constexpr size_t kReportKeys = 4096;  // keys per report frame
 
 }  // namespace
 
@@ -32,7 +32,7 @@ struct RegionShares::Record {
   int64_t changed_ms = -1;
   Rate low_rate;
   int64_t raise_to = 0;
-  int64_t raise_since_ms = -1;  // -1: no raise waiting
+  int64_t raise_since_ms = -1;              // -1: no raise waiting
   std::array<int64_t, kBuckets> buckets{};  // units wanted per 100 ms, by (ms / 100) % kBuckets
   int64_t newest = 0;                       // the newest bucket's number (ms / 100)
   int64_t last_use_ms = 0;
@@ -356,8 +356,7 @@ void RegionShares::SetMembers(const std::string& region, std::vector<std::string
 }
 
 std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
-                                                        uint64_t policy_digest,
-                                                        uint64_t key_seed) {
+                                                        uint64_t policy_digest, uint64_t key_seed) {
   std::vector<std::shared_ptr<const Ring>> rings;
   {
     MutexLock lock(links_mu_);
@@ -389,9 +388,9 @@ std::vector<RegionShares::Report> RegionShares::Reports(const std::string& self,
         const size_t n = std::min(kReportKeys, all.size() - from);
         flatbuffers::FlatBufferBuilder fbb(256 + n * sizeof(wire::KeyDemand));
         const auto list = fbb.CreateVectorOfStructs(all.data() + from, n);
-        const auto report = wire::CreateRegionReport(
-            fbb, fbb.CreateString(options_.region), fbb.CreateString(self), policy_digest,
-            key_seed, list, rings[i]->version(), settings_);
+        const auto report =
+            wire::CreateRegionReport(fbb, fbb.CreateString(options_.region), fbb.CreateString(self),
+                                     policy_digest, key_seed, list, rings[i]->version(), settings_);
         const std::span<const uint8_t> body = FinishPeerRequest(
             fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
         out.push_back({names_[i], rings[i]->members()[m], {body.begin(), body.end()}});
@@ -409,9 +408,9 @@ std::pair<int64_t, int64_t> RegionShares::Carried(const KeyId& id) {
   if (it == s.records.end()) return {0, 0};
   // The key leaves this node: so does its record (it must not report stale demand).
   const std::pair<int64_t, int64_t> carried{
-      it->second.share, std::min(it->second.state_rate.limit(), it->second.changed_ms >= 0
-                                                                     ? it->second.low_rate.limit()
-                                                                     : INT64_MAX)};
+      it->second.share,
+      std::min(it->second.state_rate.limit(),
+               it->second.changed_ms >= 0 ? it->second.low_rate.limit() : INT64_MAX)};
   s.records.erase(it);
   counters_.keys.fetch_sub(1, std::memory_order_relaxed);
   return carried;
@@ -468,8 +467,8 @@ std::vector<std::string> RegionShares::AllOtherMembers() const {
 }
 
 Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t policy_digest,
-                                      uint64_t key_seed, const Ring& own,
-                                      const std::string& self, int64_t now) {
+                                      uint64_t key_seed, const Ring& own, const std::string& self,
+                                      int64_t now) {
   const auto refuse = [&](std::string why) -> Result<int64_t> {
     counters_.reports_refused.fetch_add(1, std::memory_order_relaxed);
     return Error{std::move(why)};
@@ -499,7 +498,8 @@ Result<int64_t> RegionShares::Receive(const wire::RegionReport& report, uint64_t
                   "region_floor and rebalance_interval must be the same in every region)");
   }
   if (!own.empty() && report.ring_version() != own.version()) {
-    return refuse("region report from '" + region + "' refused: it was routed by another list "
+    return refuse("region report from '" + region +
+                  "' refused: it was routed by another list "
                   "of this region's nodes than this node's (ring " +
                   std::to_string(report.ring_version()) + ", here " +
                   std::to_string(own.version()) + "); fix the regions list there");
@@ -550,8 +550,9 @@ std::vector<RegionShares::View> RegionShares::ViewOf(int policy, const KeyId* id
     for (size_t i = 0; i < names_.size(); ++i) {
       views[i].region = names_[i];
       views[i].link_age_ms = i == self_ ? 0 : heard_ms_[i] < 0 ? -1 : now - heard_ms_[i];
-      views[i].link_up = i == self_ || (heard_ms_[i] >= 0 &&
-                                        now - heard_ms_[i] <= options_.rebalance_interval_ms * 3 / 2);
+      views[i].link_up =
+          i == self_ ||
+          (heard_ms_[i] >= 0 && now - heard_ms_[i] <= options_.rebalance_interval_ms * 3 / 2);
     }
   }
   if (id != nullptr) {
@@ -589,8 +590,8 @@ std::vector<RegionShares::TopShare> RegionShares::Top(size_t n) const {
     Shard& s = shards_[sh];
     MutexLock lock(s.mu);
     for (const auto& [id, r] : s.records) {
-      all.push_back({policies_.policies()[static_cast<size_t>(r.policy)].name, r.share,
-                     r.sent_demand});
+      all.push_back(
+          {policies_.policies()[static_cast<size_t>(r.policy)].name, r.share, r.sent_demand});
     }
   }
   std::sort(all.begin(), all.end(),

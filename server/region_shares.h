@@ -10,8 +10,9 @@
 // interval earlier already justified, by when every region holding those reports has lowered
 // its own. Reports leave on the wall clock's multiples of the interval in every region, and
 // every region computes half an interval later from the reports of that tick (its own demand
-// as it reported it), so regions agree. A region that did not hear from another at the last tick raises nothing
-// (it keeps its last share, never more); one that never heard from another enforces its floor.
+// as it reported it), so regions agree. A region that did not hear from another at the last tick
+// raises nothing (it keeps its last share, never more); one that never heard from another enforces
+// its floor.
 //
 // Thread-safety: every method may be called from any thread. The table is split into shards,
 // each under its own mutex; Reconcile is called with the key's store stripe locked (stripe,
@@ -53,7 +54,7 @@ struct RegionOptions {
   };
   std::vector<Other> others;
   int64_t rebalance_interval_ms = 2000;
-  double floor = 0.05;        // each region's floor: this share of L, at least one unit
+  double floor = 0.05;         // each region's floor: this share of L, at least one unit
   int64_t max_keys = 100'000;  // global keys tracked; beyond, a new one gets the floor share
 };
 
@@ -137,8 +138,8 @@ class RegionShares {
   std::vector<View> ViewOf(int policy, const KeyId* id, int64_t now_ms) const;
 
   struct Counters {
-    std::atomic<int64_t> reports_sent{0}, reports_received{0}, reports_late{0},
-        reports_refused{0}, send_errors{0}, keys_untracked{0}, rebalance_us{0}, keys{0};
+    std::atomic<int64_t> reports_sent{0}, reports_received{0}, reports_late{0}, reports_refused{0},
+        send_errors{0}, keys_untracked{0}, rebalance_us{0}, keys{0};
   };
   Counters& counters() { return counters_; }
   // The shares of the keys with the most demand here, largest first: (policy, share, demand).
@@ -171,7 +172,7 @@ class RegionShares {
   // it not delivered.
   std::vector<int64_t> heard_ms_ LIMITER_GUARDED_BY(links_mu_);
   std::vector<int64_t> send_failed_ms_ LIMITER_GUARDED_BY(links_mu_);
-  uint64_t settings_ = 0;                // digest of what every region must share
+  uint64_t settings_ = 0;  // digest of what every region must share
   // sender -> last report
   std::unordered_map<std::string, int64_t> node_heard_ms_ LIMITER_GUARDED_BY(links_mu_);
   // per region index (self: unused)

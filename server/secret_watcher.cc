@@ -1,8 +1,8 @@
-#include "common/mutex.h"
 #include "server/secret_watcher.h"
 
 #include <cstdio>
 
+#include "common/mutex.h"
 #include "server/node.h"
 
 namespace limiter {

@@ -1,7 +1,7 @@
 // SecretWatcher: re-reads a secret's file (the gateway secret's or the peer secret's) every few
-// seconds and hands a changed one to the node, so that the secret rotates without a restart (a Kubernetes Secret mounted
-// as a file changes in place). A file that has become unreadable or invalid keeps the last
-// good secret, with one message on stderr per change of error.
+// seconds and hands a changed one to the node, so that the secret rotates without a restart (a
+// Kubernetes Secret mounted as a file changes in place). A file that has become unreadable or
+// invalid keeps the last good secret, with one message on stderr per change of error.
 //
 // Thread-safety: its own thread; the destructor stops it.
 #pragma once

@@ -1,9 +1,10 @@
-#include "common/mutex.h"
 #include "server/server.h"
 
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -11,10 +12,8 @@
 #include <map>
 #include <thread>
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
-
 #include "common/member_list.h"
+#include "common/mutex.h"
 #include "limiter/status.h"
 #include "protocol/key_id.h"
 #include "server/admin_port.h"
@@ -79,8 +78,7 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(const TlsOption
   }
   // Connections drive OpenSSL on their non-blocking sockets (server/connection.cc): an idle
   // one gives its record buffers back, and a write may complete in parts.
-  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS |
-                                             SSL_MODE_ENABLE_PARTIAL_WRITE |
+  SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   // Clients keep their connections for hours: no session cache (it would hold every
   // client's certificate) and no resumption tickets.
@@ -127,8 +125,8 @@ struct Server::Impl {
   Counter refused_preauth;  // over the pre-auth caps; written on the acceptor's thread only
   Counter refused_preauth_source;
   std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
-  Counter refused;        // over max_connections; written on the acceptor's thread only
-  Counter accept_errors;  // likewise
+  Counter refused;                // over max_connections; written on the acceptor's thread only
+  Counter accept_errors;          // likewise
   Counter admin_actions_refused;  // POST /drain without a valid admin token; admin thread
   std::vector<std::unique_ptr<WorkerThread>> workers;
   std::unique_ptr<tcp::acceptor> acceptor;
@@ -141,7 +139,7 @@ struct Server::Impl {
   Mutex sweep_mu;
   CondVar sweep_cv;
   std::thread sweeper;
-  std::thread resolver;  // members_dns refreshes
+  std::thread resolver;        // members_dns refreshes
   std::thread peer_refresher;  // the members' addresses, for the acceptor (RefreshPeers)
   // Hand-off: the peers, the thread that sends what ring changes give away, the join at start
   // and the leave on SIGTERM.
@@ -165,8 +163,7 @@ struct Server::Impl {
   // other regions' DNS names.
   void RunRegions(RegionShares& regions) {
     const int64_t interval = regions.options().rebalance_interval_ms;
-    const std::string self =
-        node.options().self.empty() ? options.listen : node.options().self;
+    const std::string self = node.options().self.empty() ? options.listen : node.options().self;
     std::map<std::string, std::string> last_error;  // per destination: logged once
     Mutex log_mu;
     const auto wall = [] { return static_cast<int64_t>(WallClockGeneration()); };  // ms, 1970
@@ -365,8 +362,10 @@ struct Server::Impl {
     o.max_connections = options.admin_max_connections;
     admin = std::make_unique<AdminPort>(o);
     admin->Get("/metrics", [this](const AdminRequest&) {
-      return AdminResponse{200, "text/plain; version=0.0.4",
-                           node.RenderMetrics() + RenderMetrics() + admin->RenderMetrics(), {}};
+      return AdminResponse{200,
+                           "text/plain; version=0.0.4",
+                           node.RenderMetrics() + RenderMetrics() + admin->RenderMetrics(),
+                           {}};
     });
     admin->Get("/healthz", [](const AdminRequest&) {
       return AdminResponse{200, "text/plain", "ok\n", {}};
@@ -374,8 +373,7 @@ struct Server::Impl {
     admin->Get("/readyz", [this](const AdminRequest&) {
       // Not while it waits for keys handed to it (a join), nor once it leaves.
       const bool ready = serving && !stopping && !draining && node.ownership().waiting_slots() == 0;
-      return AdminResponse{ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n",
-                           {}};
+      return AdminResponse{ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n", {}};
     });
     // A preStop hook's way to start the leave before the SIGTERM: answers at once; the node
     // exits once its keys are handed over.
@@ -397,29 +395,30 @@ struct Server::Impl {
     if (node.authenticator().trusts_everyone()) return std::nullopt;
     const std::optional<std::string_view> token = BearerToken(request.authorization);
     if (node.authenticator().current_peer_secret().empty()) {
-      return AdminResponse{403, "text/plain",
+      return AdminResponse{403,
+                           "text/plain",
                            "this node holds no peer secret, so no admin action is allowed on "
                            "its admin port; stop it with SIGTERM\n",
                            {}};
     }
     if (!token) {
-      return AdminResponse{401, "text/plain",
+      return AdminResponse{401,
+                           "text/plain",
                            "an admin action needs the peer secret's admin token: "
                            "Authorization: Bearer <token> (limiterctl admin-token)\n",
                            {{"WWW-Authenticate", "Bearer realm=\"limiterd\""}}};
     }
     if (!node.authenticator().AdminTokenValid(*token)) {
-      return AdminResponse{403, "text/plain",
-                           "the admin token is not one of this node's peer secrets'\n", {}};
+      return AdminResponse{
+          403, "text/plain", "the admin token is not one of this node's peer secrets'\n", {}};
     }
     return std::nullopt;
   }
 
   // The server's own counters, in the same exposition format as Node::RenderMetrics.
   std::string RenderMetrics() const {
-    uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0,
-             handshakes_refused = 0, auth_timeouts = 0, budget_closes = 0,
-             evictions = 0;
+    uint64_t frame_timeouts = 0, idle_timeouts = 0, handshake_failures = 0, handshakes_refused = 0,
+             auth_timeouts = 0, budget_closes = 0, evictions = 0;
     for (const auto& w : workers) {
       frame_timeouts += w->connections.frame_timeouts();
       idle_timeouts += w->connections.idle_timeouts();
@@ -430,10 +429,10 @@ struct Server::Impl {
       evictions += w->connections.preauth_evictions();
     }
     std::string out;
-    Metric(out, "limiter_connections_open", "gauge",
-           "Client connections open now, over all workers (the max_connections cap).",
-           static_cast<uint64_t>(
-               std::max<int64_t>(0, limits.open.load(std::memory_order_relaxed))));
+    Metric(
+        out, "limiter_connections_open", "gauge",
+        "Client connections open now, over all workers (the max_connections cap).",
+        static_cast<uint64_t>(std::max<int64_t>(0, limits.open.load(std::memory_order_relaxed))));
     Metric(out, "limiter_connections_preauth", "gauge",
            "Connections open now that have not yet proved a credential (max_preauth_connections).",
            static_cast<uint64_t>(
@@ -565,20 +564,21 @@ Status Server::Start() {
   }
   // Only a node of a cluster talks to peers (and needs a way to verify them over TLS).
   if (!s.node.options().members.empty() || !s.options.members_dns.empty()) {
-    Result<std::unique_ptr<Peers>> peers = Peers::Make(
-        s.node, s.options.tls,
-        static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)),
-        s.options.idle_timeout_ms);
+    Result<std::unique_ptr<Peers>> peers =
+        Peers::Make(s.node, s.options.tls,
+                    static_cast<int>(std::clamp<int64_t>(s.options.frame_timeout_ms, 1000, 5000)),
+                    s.options.idle_timeout_ms);
     if (!peers) return Error{peers.error()};
     s.peers = std::move(peers).value();
   }
   if (RegionShares* regions = s.node.regions()) {
     // Reports must land within half an interval (the shares are computed then): a peer that
     // takes longer counts as not reached.
-    Result<std::unique_ptr<Peers>> peers = Peers::Make(
-        s.node, s.options.tls,
-        static_cast<int>(std::clamp<int64_t>(regions->options().rebalance_interval_ms / 4, 50, 5000)),
-        s.options.idle_timeout_ms);
+    Result<std::unique_ptr<Peers>> peers =
+        Peers::Make(s.node, s.options.tls,
+                    static_cast<int>(std::clamp<int64_t>(
+                        regions->options().rebalance_interval_ms / 4, 50, 5000)),
+                    s.options.idle_timeout_ms);
     if (!peers) return Error{"regions: " + peers.error()};
     s.region_peers = std::move(peers).value();
   }
@@ -637,7 +637,8 @@ void Server::Run() {
         if (!members) {
           std::fprintf(stderr, "limiterd: members_dns: %s (keeping the last list)\n",
                        members.error().c_str());
-        } else if (std::vector<std::string> list = s.node.ownership().WithAnnounced(std::move(members).value());
+        } else if (std::vector<std::string> list =
+                       s.node.ownership().WithAnnounced(std::move(members).value());
                    s.node.membership()->ring.HasMembers(list)) {
           // Nothing new: the generation stays (a newer one would only churn the gateways).
         } else if (Status set = s.node.ownership().SetMembers(std::move(list), DnsGeneration());
@@ -652,7 +653,7 @@ void Server::Run() {
   }
   s.handoff = std::thread([&s] {
     const Handoff::Sink send = [&s](const std::string& member,
-                                        std::span<const uint8_t> f) -> int64_t {
+                                    std::span<const uint8_t> f) -> int64_t {
       return s.peers ? s.peers->SendHandoff(member, f) : -1;
     };
     while (!s.stopping) s.node.handoff().RunNext(send, std::chrono::milliseconds(100));
@@ -730,9 +731,7 @@ std::string Server::listen_address() const {
   return impl_->acceptor ? FormatEndpoint(impl_->acceptor->local_endpoint()) : "";
 }
 
-std::string Server::admin_address() const {
-  return impl_->admin ? impl_->admin->address() : "";
-}
+std::string Server::admin_address() const { return impl_->admin ? impl_->admin->address() : ""; }
 
 int Server::threads() const { return static_cast<int>(impl_->workers.size()); }
 

@@ -32,7 +32,7 @@ size_t SourceCounts::BucketOf(const asio::ip::address& address) const {
     } else {
       const auto all = v6.to_bytes();
       std::copy(all.begin(), all.begin() + 8, bytes);  // the /64
-      bytes[8] = 6;  // never equal to an IPv4 address's bytes
+      bytes[8] = 6;                                    // never equal to an IPv4 address's bytes
       n = 9;
     }
   }

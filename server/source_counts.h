@@ -9,11 +9,10 @@
 #pragma once
 
 #include <array>
+#include <asio/ip/address.hpp>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-
-#include <asio/ip/address.hpp>
 
 namespace limiter {
 

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "server/store.h"
 
 #include <algorithm>
@@ -6,6 +5,7 @@
 #include <type_traits>
 
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "server/policy_clock.h"
 
 namespace limiter {
@@ -125,9 +125,10 @@ Store::~Store() {
 
 // A set of locks chosen at run time: the lock analysis cannot name them. The functions that
 // need a key's stripe locked reach it through LockedStripe, which says it is.
-Store::StripeLock::StripeLock(Store& store, std::span<const size_t> stripes)
-    LIMITER_NO_THREAD_SAFETY_ANALYSIS : store_(store),
-                                        count_(std::min(stripes.size(), kMaxLocks)) {
+Store::StripeLock::StripeLock(Store& store,
+                              std::span<const size_t> stripes) LIMITER_NO_THREAD_SAFETY_ANALYSIS
+    : store_(store),
+      count_(std::min(stripes.size(), kMaxLocks)) {
   for (size_t i = 0; i < count_; ++i) {
     stripes_[i] = stripes[i];
     store_.stripes_[stripes_[i]]->mu.Lock();
@@ -143,9 +144,7 @@ void Store::Prefetch(int policy, const KeyId& id) const LIMITER_NO_THREAD_SAFETY
   stripes_[StripeOf(id)]->tables[static_cast<size_t>(policy)].Prefetch(id);
 }
 
-Store::Stripe& Store::HeldStripe(const KeyId& id) const {
-  return *stripes_[StripeOf(id)];
-}
+Store::Stripe& Store::HeldStripe(const KeyId& id) const { return *stripes_[StripeOf(id)]; }
 
 Slot* Store::Find(int policy, const KeyId& id) {
   Stripe& stripe = HeldStripe(id);
@@ -464,9 +463,9 @@ size_t Store::SweepStripe(Stripe& stripe, int64_t now_ms, size_t budget, size_t 
     if (now == kNoTime) continue;
     int64_t units = 0;
     KeyTable& table = stripe.tables[p];
-    const size_t look = share <= 1 ? budget
-                                   : std::min(budget, std::max(kMinSweepSlots,
-                                                               table.capacity() / share + 1));
+    const size_t look =
+        share <= 1 ? budget
+                   : std::min(budget, std::max(kMinSweepSlots, table.capacity() / share + 1));
     const size_t n = table.Sweep(&stripe.cursors[p], look, [&](Slot& s) {
       stripe.mu.AssertHeld();  // held by SweepStripe's caller around the whole sweep
       if (!IsFresh(policy, s, now)) return false;

@@ -256,7 +256,7 @@ class Store {
     std::unordered_map<KeyId, Split, KeyIdHash> splits LIMITER_GUARDED_BY(mu);
     std::unordered_map<KeyId, LeaseBook, KeyIdHash> books LIMITER_GUARDED_BY(mu);
     std::unordered_set<KeyId, KeyIdHash> sub_buckets LIMITER_GUARDED_BY(mu);
-    int64_t next_reclaim_ms LIMITER_GUARDED_BY(mu) = 0;  // ReclaimLocked passes it by until then
+    int64_t next_reclaim_ms LIMITER_GUARDED_BY(mu) = 0;     // ReclaimLocked passes it by until then
     int64_t reclaim_backoff_ms LIMITER_GUARDED_BY(mu) = 0;  // the last wait set, less its jitter
   };
   // One policy's counts, on a cache line of their own.
@@ -277,7 +277,7 @@ class Store {
   static constexpr int64_t kNoTime = INT64_MIN;
   bool IsFresh(int policy, const Slot& slot, int64_t now_ms) const;
   void DropBook(Stripe& stripe, const KeyId& id) LIMITER_REQUIRES(stripe.mu);
-  void Release(int policy, Slot& slot);            // frees what a slot owns
+  void Release(int policy, Slot& slot);  // frees what a slot owns
   int64_t SlotUnits(int policy, const Slot& slot) const;
   void PackLog(int policy, SlidingLog::State& log, Slot& slot);
   void ForceReserve(int policy, int64_t units);  // counts units even beyond the budget
@@ -285,8 +285,8 @@ class Store {
     return algorithms_[static_cast<size_t>(policy)] == Algorithm::kSlidingLog;
   }
 
-  std::vector<Algorithm> algorithms_;   // per policy
-  std::vector<Rate> rates_;             // per policy
+  std::vector<Algorithm> algorithms_;             // per policy
+  std::vector<Rate> rates_;                       // per policy
   std::vector<const Policy*> calendar_policies_;  // per policy: itself if on a calendar, else null
   const Clock* clock_ = nullptr;
   const int64_t sub_bucket_idle_ms_;

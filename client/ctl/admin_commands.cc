@@ -14,12 +14,12 @@ namespace {
 
 // The first peer secret's admin token, or an error for `err` (exit 2).
 Result<std::string> TokenOf(const std::string& peer_secret_file) {
-  Result<auth::SecretSource> found =
-      auth::FindSecrets(peer_secret_file, auth::SecretKind::kPeer);
+  Result<auth::SecretSource> found = auth::FindSecrets(peer_secret_file, auth::SecretKind::kPeer);
   if (!found) return Error{found.error()};
   if (found->secrets.empty()) {
-    return Error{"no peer secret: give --peer-secret-file FILE, or $LIMITER_PEER_SECRET_FILE or "
-                 "$LIMITER_PEER_SECRET"};
+    return Error{
+        "no peer secret: give --peer-secret-file FILE, or $LIMITER_PEER_SECRET_FILE or "
+        "$LIMITER_PEER_SECRET"};
   }
   return auth::AdminToken(found->secrets.values.front());
 }

@@ -1,17 +1,16 @@
 // limiterctl check --cluster: decisions through the gateway library, as a gateway makes them.
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <thread>
 #include <vector>
 
-#include "common/mutex.h"
 #include "client/ctl/commands.h"
 #include "common/member_list.h"
+#include "common/mutex.h"
 #include "limiter/client/client.h"
 
 namespace limiter::ctl {
@@ -99,15 +98,13 @@ int RunClusterCheck(const CheckArgs& args, std::ostream& out, std::ostream& err)
                .dump()
         << '\n';
   } else {
-    out << "allowed " << allowed << "  denied " << denied << "  errors " << errors
-        << "  (store " << by_source[0] << ", lease " << by_source[1] << ", fallback "
-        << by_source[2] << ")\n";
+    out << "allowed " << allowed << "  denied " << denied << "  errors " << errors << "  (store "
+        << by_source[0] << ", lease " << by_source[1] << ", fallback " << by_source[2] << ")\n";
     if (counters.split_redirects > 0) {
       out << "split: redirects " << counters.split_redirects << ", changed "
           << counters.split_changed << ", waits " << counters.split_waits << " ("
-          << counters.split_waits_missed << " missed), fallbacks "
-          << counters.split_fallbacks << "; deadline misses " << counters.deadline_misses
-          << "\n";
+          << counters.split_waits_missed << " missed), fallbacks " << counters.split_fallbacks
+          << "; deadline misses " << counters.deadline_misses << "\n";
     }
   }
   if (!first_error.empty()) err << "limiterctl check: " << first_error << '\n';

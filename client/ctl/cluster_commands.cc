@@ -1,13 +1,12 @@
 // limiterctl's views of a whole cluster: hotkeys, ring, stats and inspect with --cluster.
 // Tables fit 80 columns; the --json shapes are documented in README.md.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <iomanip>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -15,8 +14,8 @@
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
 #include "common/member_list.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 
 namespace limiter::ctl {
 namespace {
@@ -129,8 +128,11 @@ int RunHotKeys(const HotKeysArgs& args, std::ostream& out, std::ostream& err) {
     if (args.json) {
       Json keys = Json::array(), errs = Json::array();
       for (const HotRow& r : rows) {
-        keys.push_back({{"key", r.key}, {"policy", r.policy}, {"node", r.node},
-                        {"rate", r.rate}, {"denied_pct", std::round(r.denied * 1000) / 10},
+        keys.push_back({{"key", r.key},
+                        {"policy", r.policy},
+                        {"node", r.node},
+                        {"rate", r.rate},
+                        {"denied_pct", std::round(r.denied * 1000) / 10},
                         {"split_k", r.split_k}});
       }
       for (const auto& [node, e] : errors) errs.push_back({{"node", node}, {"error", e}});
@@ -204,9 +206,7 @@ int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err) {
       if (!n.error.empty()) node["error"] = n.error;
       nodes.push_back(node);
     }
-    out << Json{{"ring_version", Hex(ring.version())},
-                {"slots", Ring::kSlots},
-                {"nodes", nodes}}
+    out << Json{{"ring_version", Hex(ring.version())}, {"slots", Ring::kSlots}, {"nodes", nodes}}
                .dump()
         << '\n';
     return 0;
@@ -214,7 +214,8 @@ int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err) {
   out << "ring " << Hex(ring.version()) << ": " << ring.members().size() << " nodes, "
       << Ring::kSlots << " slots\n";
   out << std::left << std::setw(24) << "NODE" << std::right << std::setw(8) << "SLOTS"
-      << std::setw(9) << "SHARE" << "  " << std::left << std::setw(18) << "NODE'S RING"
+      << std::setw(9) << "SHARE"
+      << "  " << std::left << std::setw(18) << "NODE'S RING"
       << "STATE\n";
   for (size_t i = 0; i < ring.members().size(); ++i) {
     const NodeRing& n = seen[ring.members()[i]];
@@ -259,9 +260,8 @@ int RunClusterStats(const StatsArgs& args, std::ostream& out, std::ostream& err)
   };
   auto rate = [&](const std::string& node) {
     // Both reads count themselves: one STATS op each.
-    return static_cast<int64_t>(
-        std::llround(static_cast<double>(ops(after[node]) - ops(before[node]) - 1) /
-                     args.interval_s));
+    return static_cast<int64_t>(std::llround(
+        static_cast<double>(ops(after[node]) - ops(before[node]) - 1) / args.interval_s));
   };
   if (args.json) {
     Json nodes = Json::array();
@@ -314,8 +314,7 @@ int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& 
   uint16_t split_k = 0;
   uint32_t epoch = 0;
   std::vector<uint8_t> token;  // the owner's split token, for the sub-buckets
-  auto inspect = [&](const std::string& node, const std::string& name, uint16_t k,
-                     uint16_t index) {
+  auto inspect = [&](const std::string& node, const std::string& name, uint16_t k, uint16_t index) {
     Bucket bucket;
     bucket.node = node;
     bucket.name = name;
@@ -361,12 +360,20 @@ int RunClusterInspect(const InspectArgs& args, std::ostream& out, std::ostream& 
   if (args.json) {
     Json list = Json::array();
     for (const Bucket& b : buckets) {
-      list.push_back({{"node", b.node}, {"bucket", b.name}, {"algorithm", b.algorithm},
-                      {"tracked", b.tracked}, {"remaining", b.remaining},
-                      {"retry_after_ms", b.retry}, {"reset_ms", b.reset}, {"state", b.state}});
+      list.push_back({{"node", b.node},
+                      {"bucket", b.name},
+                      {"algorithm", b.algorithm},
+                      {"tracked", b.tracked},
+                      {"remaining", b.remaining},
+                      {"retry_after_ms", b.retry},
+                      {"reset_ms", b.reset},
+                      {"state", b.state}});
     }
-    out << Json{{"policy", args.policy}, {"key", args.key}, {"owner", owner},
-                {"split_k", split_k}, {"buckets", list}}
+    out << Json{{"policy", args.policy},
+                {"key", args.key},
+                {"owner", owner},
+                {"split_k", split_k},
+                {"buckets", list}}
                .dump()
         << '\n';
     return 0;

@@ -38,7 +38,7 @@ struct CheckArgs {
   int concurrency = 1;
   bool dry_run = false;
   bool json = false;
-  NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
+  NodeAccess access;        // the cluster secret and TLS (--secret-file, --tls-*, the environment)
   std::string secret_file;  // --secret-file, for the client library (--cluster)
   TlsOptions tls;           // --tls-*, for the client library (--cluster)
 };
@@ -50,7 +50,7 @@ struct InspectArgs {
   std::string cluster;  // or the members: the key's owner, and its sub-buckets if split
   std::string policy;
   std::string key;
-  std::string tenant;   // with --cluster: route by the tenant (policies with a parent)
+  std::string tenant;  // with --cluster: route by the tenant (policies with a parent)
   bool json = false;
   NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)
 };
@@ -70,7 +70,7 @@ int RunClusterStats(const StatsArgs& args, std::ostream& out, std::ostream& err)
 struct HotKeysArgs {
   std::string cluster;
   bool once = false;
-  int64_t count = 0;        // refreshes before stopping; 0: until interrupted
+  int64_t count = 0;  // refreshes before stopping; 0: until interrupted
   double interval_s = 1;
   size_t top = 20;
   bool clear_screen = false;  // refresh in place (set when stdout is a terminal)
@@ -87,7 +87,7 @@ struct RingArgs {
 int RunRing(const RingArgs& args, std::ostream& out, std::ostream& err);
 
 struct RegionsArgs {
-  std::string cluster;         // this region's nodes
+  std::string cluster;              // this region's nodes
   std::string policy, key, tenant;  // one global key; none: every node's links
   bool json = false;
   NodeAccess access;  // the cluster secret and TLS (--secret-file, --tls-*, the environment)

@@ -1,9 +1,8 @@
 #include "client/ctl/ctl.h"
 
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <ostream>
 
@@ -56,7 +55,8 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   check_cmd->add_option("--key", check.key, "Key")->required();
   check_cmd->add_option("--tenant", check.tenant, "Tenant (for policies with a parent)");
   auto* cost = check_cmd->add_option("--cost", check.cost, "Cost of each check (default 1)");
-  check_cmd->add_option("--op", check.op, "Operation name: the policy's cost for it")->excludes(cost);
+  check_cmd->add_option("--op", check.op, "Operation name: the policy's cost for it")
+      ->excludes(cost);
   check_cmd->add_option("-n", check.count, "Number of checks (default 1)");
   check_cmd->add_option("--concurrency", check.concurrency, "Connections (default 1)");
   check_cmd->add_flag("--dry-run", check.dry_run, "Evaluate without charging (shadow mode)");
@@ -82,8 +82,9 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       stats_cmd->add_option("--server", stats.server, "HOST:PORT of one limiterd node");
   stats_cmd->add_option("--cluster", stats.cluster, "HOST:PORT,...: a table of every node")
       ->excludes(stats_server);
-  stats_cmd->add_option("--interval", stats.interval_s,
-                        "With --cluster: seconds over which ops/s are measured (default 1)")
+  stats_cmd
+      ->add_option("--interval", stats.interval_s,
+                   "With --cluster: seconds over which ops/s are measured (default 1)")
       ->check(CLI::Range(0.05, 60.0));
   stats_cmd->add_flag("--json", stats.json, "JSON output");
 

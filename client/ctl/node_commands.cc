@@ -1,17 +1,16 @@
 // limiterctl check, inspect and stats against one node.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <iomanip>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <thread>
 #include <vector>
 
-#include "common/mutex.h"
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
+#include "common/mutex.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
 #include "protocol/wire.h"
@@ -49,7 +48,8 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
   for (int t = 0; t < threads; ++t) {
     const int64_t mine = args.count / threads + (t < args.count % threads ? 1 : 0);
     workers.emplace_back([&, mine] {
-      Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
+      Result<std::unique_ptr<NodeConnection>> c =
+          NodeConnection::Connect(args.server, 5000, args.access);
       if (!c) {
         note_error(c.error(), mine);
         return;
@@ -62,8 +62,8 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
           b.Clear();
           const int n = static_cast<int>(std::min<int64_t>(kOpsPerFrame, mine - sent));
           for (int i = 0; i < n; ++i) {
-            b.Check(static_cast<uint64_t>(sent + i), args.policy, args.key, args.tenant,
-                    args.cost, args.op, args.dry_run);
+            b.Check(static_cast<uint64_t>(sent + i), args.policy, args.key, args.tenant, args.cost,
+                    args.op, args.dry_run);
           }
           if (Status s = (*c)->Send(b.Finish()); !s.ok()) {
             note_error(s.error(), mine - sent);
@@ -114,7 +114,8 @@ int RunCheck(const CheckArgs& args, std::ostream& out, std::ostream& err) {
 }
 
 int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
-  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
+  Result<std::unique_ptr<NodeConnection>> c =
+      NodeConnection::Connect(args.server, 5000, args.access);
   if (!c) {
     err << "limiterctl inspect: " << c.error() << '\n';
     return 1;
@@ -132,12 +133,14 @@ int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
         << (op.error() ? op.error()->str() : "") << '\n';
     return 1;
   }
-  const wire::LimitResult* now = op.results() && op.results()->size() ? op.results()->Get(0) : nullptr;
+  const wire::LimitResult* now =
+      op.results() && op.results()->size() ? op.results()->Get(0) : nullptr;
   nlohmann::ordered_json fields = nlohmann::ordered_json::object();
   if (op.state() && op.state()->fields()) {
     for (const wire::Stat* f : *op.state()->fields()) fields[f->name()->str()] = f->value();
   }
-  const std::string algorithm = op.state() && op.state()->algorithm() ? op.state()->algorithm()->str() : "";
+  const std::string algorithm =
+      op.state() && op.state()->algorithm() ? op.state()->algorithm()->str() : "";
   const bool tracked = op.state() && op.state()->tracked();
   if (args.json) {
     out << nlohmann::ordered_json{{"server", args.server},
@@ -167,7 +170,8 @@ int RunInspect(const InspectArgs& args, std::ostream& out, std::ostream& err) {
 }
 
 int RunStats(const StatsArgs& args, std::ostream& out, std::ostream& err) {
-  Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(args.server, 5000, args.access);
+  Result<std::unique_ptr<NodeConnection>> c =
+      NodeConnection::Connect(args.server, 5000, args.access);
   if (!c) {
     err << "limiterctl stats: " << c.error() << '\n';
     return 1;

@@ -23,7 +23,8 @@ inline Result<const wire::OpReply*> OneOp(NodeConnection& c, RequestBuilder& bui
 
 // "BadRequest: why" for an op the node refused.
 inline std::string Refusal(const wire::OpReply& op) {
-  return std::string(wire::EnumNameStatus(op.status())) + ": " + (op.error() ? op.error()->str() : "");
+  return std::string(wire::EnumNameStatus(op.status())) + ": " +
+         (op.error() ? op.error()->str() : "");
 }
 
 }  // namespace limiter::ctl

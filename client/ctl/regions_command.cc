@@ -3,17 +3,16 @@
 //     the age of that region's last report for the key, and the link's health;
 //   neither: each node answers with its links to the other regions.
 // --json prints one object; its fields are documented in the README and stay stable.
-#include <nlohmann/json.hpp>
-
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 
 #include "client/ctl/commands.h"
 #include "client/ctl/ops.h"
 #include "common/member_list.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 
 namespace limiter::ctl {
 namespace {
@@ -69,8 +68,8 @@ std::string Ask(const std::string& node, const RegionsArgs& args, bool about_key
     if (about_key) {
       text << std::setw(10) << (s.share() < 0 ? std::string("?") : std::to_string(s.share()))
            << std::setw(10) << (s.demand() < 0 ? std::string("?") : std::to_string(s.demand()))
-           << std::setw(10) << (self && s.pending_share() > 0 ? std::to_string(s.pending_share())
-                                                              : std::string("-"))
+           << std::setw(10)
+           << (self && s.pending_share() > 0 ? std::to_string(s.pending_share()) : std::string("-"))
            << std::setw(12) << (self ? std::string("-") : Age(s.report_age_ms())) << "  ";
     }
     text << Link(s, self) << '\n';
@@ -102,17 +101,16 @@ int RunRegions(const RegionsArgs& args, std::ostream& out, std::ostream& err) {
       return 1;
     }
     if (args.json) {
-      out << Json{{"policy", args.policy}, {"key", args.key}, {"node", owner},
-                  {"regions", regions}}
+      out << Json{{"policy", args.policy}, {"key", args.key}, {"node", owner}, {"regions", regions}}
                  .dump()
           << '\n';
       return 0;
     }
     out << args.policy << " '" << args.key << "' on " << owner
         << " (units per window; * this region)\n"
-        << "  " << std::left << std::setw(16) << "region" << std::right << std::setw(10)
-        << "share" << std::setw(10) << "demand" << std::setw(10) << "pending" << std::setw(12)
-        << "report age" << "  link\n"
+        << "  " << std::left << std::setw(16) << "region" << std::right << std::setw(10) << "share"
+        << std::setw(10) << "demand" << std::setw(10) << "pending" << std::setw(12) << "report age"
+        << "  link\n"
         << text.str();
     return 0;
   }

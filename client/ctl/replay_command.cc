@@ -1,8 +1,7 @@
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <vector>
 
@@ -165,7 +164,8 @@ int RunReplay(const ReplayArgs& args, std::ostream& out, std::ostream& err) {
     return 1;
   }
   std::vector<ReplayResult> results;
-  for (Algorithm a : setup.algorithms) results.push_back(Replay(*trace, a, setup.rate, setup.policy));
+  for (Algorithm a : setup.algorithms)
+    results.push_back(Replay(*trace, a, setup.rate, setup.policy));
   if (args.json) {
     PrintJson(results, setup.rate, out);
   } else {

@@ -166,9 +166,8 @@ std::map<std::string, std::string> StringMap(const YAML::Node& node) {
   for (const auto& [key, value] : want) {
     auto it = have.find(key);
     if (it == have.end() || it->second != value) {
-      return ::testing::AssertionFailure()
-             << "selector " << key << "=" << value << " does not match the labels "
-             << YAML::Dump(labels);
+      return ::testing::AssertionFailure() << "selector " << key << "=" << value
+                                           << " does not match the labels " << YAML::Dump(labels);
     }
   }
   return ::testing::AssertionSuccess();
@@ -316,8 +315,8 @@ NodeConfigView View(const Manifests& m) {
 }
 
 Result<NodeConfig> LoadRendered(const NodeConfigView& v, const std::string& tag) {
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("limiter_chart_" + std::to_string(::getpid()) + "_" + tag);
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("limiter_chart_" + std::to_string(::getpid()) + "_" + tag);
   fs::create_directories(dir);
   for (const auto& kv : v.config_map["data"]) {
     std::ofstream(dir / kv.first.as<std::string>()) << kv.second.as<std::string>();

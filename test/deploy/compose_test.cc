@@ -76,8 +76,8 @@ TEST(Compose, EachNodeHasADataDirOfItsOwn) {
   const std::string data_dir = config->durable.data_dir;
   EXPECT_EQ(data_dir, "/var/lib/limiterd");
   for (const YAML::Node& volume : node.service["volumes"]) {
-    const std::string spec = volume.IsMap() ? volume["target"].as<std::string>("")
-                                            : volume.as<std::string>();
+    const std::string spec =
+        volume.IsMap() ? volume["target"].as<std::string>("") : volume.as<std::string>();
     EXPECT_EQ(spec.find(data_dir), std::string::npos)
         << "a compose volume at the data dir is shared by the replicas: " << spec;
   }

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "test/deploy/chart_support.h"
 #include "common/policy_file.h"
+#include "test/deploy/chart_support.h"
 
 namespace limiter::chart {
 namespace {
@@ -123,8 +123,8 @@ TEST_F(HelmChart, SelectorsMatchThePods) {
                            job["spec"]["template"]["metadata"]["labels"]));
     }
     for (const YAML::Node& sm : m.OfKind("ServiceMonitor")) {
-      EXPECT_TRUE(Selects(sm["spec"]["selector"]["matchLabels"],
-                          m.One("Service")["metadata"]["labels"]));
+      EXPECT_TRUE(
+          Selects(sm["spec"]["selector"]["matchLabels"], m.One("Service")["metadata"]["labels"]));
       EXPECT_EQ(sm["spec"]["endpoints"][0]["port"].as<std::string>(), "admin");
       EXPECT_EQ(sm["spec"]["endpoints"][0]["path"].as<std::string>(), "/metrics");
     }
@@ -250,8 +250,9 @@ TEST_F(HelmChart, TlsFilesAreMountedWhereTheConfigPoints) {
 }
 
 TEST_F(HelmChart, ChecksumAnnotationFollowsThePolicies) {
-  const std::string base = "policies:\n  - name: a\n    algorithm: gcra\n    window: 1s\n"
-                           "    class: contract\n    limit: ";
+  const std::string base =
+      "policies:\n  - name: a\n    algorithm: gcra\n    window: 1s\n"
+      "    class: contract\n    limit: ";
   auto checksum = [&](const std::string& limit) {
     Output run = TemplateWithSecret({"--set-string", "policies=" + base + limit + "\n"});
     EXPECT_EQ(run.status, 0) << run.err;

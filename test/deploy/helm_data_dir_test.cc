@@ -98,8 +98,8 @@ TEST_F(HelmChart, DataDirIsAClaimPerPodWithPersistence) {
       EXPECT_FALSE(spec["storageClassName"].IsDefined()) << spec;
     }
     // The claims carry the nodes' labels (kubectl get pvc -l ...).
-    EXPECT_TRUE(Selects(v.statefulset["spec"]["selector"]["matchLabels"],
-                        claim["metadata"]["labels"]));
+    EXPECT_TRUE(
+        Selects(v.statefulset["spec"]["selector"]["matchLabels"], claim["metadata"]["labels"]));
     EXPECT_EQ(v.pod_spec["securityContext"]["fsGroup"].as<int>(0), 65532);
     Result<NodeConfig> config = LoadRendered(v, "claim");
     ASSERT_TRUE(config) << config.error();

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/auth.h"
 #include "common/duration.h"
+#include "protocol/auth.h"
 #include "test/deploy/chart_support.h"
 #include "test/support/build_paths.h"
 
@@ -58,8 +58,6 @@ std::string PreStopScript(const YAML::Node& container) {
   }
   return command[2].as<std::string>();
 }
-
-
 
 TEST_F(HelmChart, NodeConfigHasTheHandoffDeadline) {
   for (const auto& [what, m] : Both()) {
@@ -123,8 +121,7 @@ TEST_F(HelmChart, RenderingFailsWhenTheGracePeriodCannotHoldTheDrain) {
   for (const char* form : {"500ms", "1h", "1m30s", "soon"}) {
     Output run = TemplateWithSecret({"--set-string", std::string("handoff.deadline=") + form});
     EXPECT_NE(run.status, 0) << form;
-    EXPECT_NE(run.err.find("handoff.deadline must be whole seconds or minutes"),
-              std::string::npos)
+    EXPECT_NE(run.err.find("handoff.deadline must be whole seconds or minutes"), std::string::npos)
         << form << ": " << run.err;
   }
   Output too_long = TemplateWithSecret(
@@ -135,8 +132,7 @@ TEST_F(HelmChart, RenderingFailsWhenTheGracePeriodCannotHoldTheDrain) {
   // The chart sets handoff_deadline: config.extra must not repeat it.
   Output extra = TemplateWithSecret({"--set", "config.extra.handoff_deadline=5s"});
   EXPECT_NE(extra.status, 0);
-  EXPECT_NE(extra.err.find("config.extra.handoff_deadline is set by the chart"),
-            std::string::npos)
+  EXPECT_NE(extra.err.find("config.extra.handoff_deadline is set by the chart"), std::string::npos)
       << extra.err;
 }
 

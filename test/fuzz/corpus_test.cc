@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "protocol/request_builder.h"
 #include "protocol/frame_codec.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 #include "test/fuzz/frame_fuzz_target.h"
 #include "test/support/build_paths.h"
@@ -91,7 +91,8 @@ TEST(FrameFuzzCorpus, NodeAnswersAValidCheckAfterTheCorpus) {
   // count of keys returns to zero.
   FuzzNode& f = SharedFuzzNode();
   f.clock.Advance(60 * 60 * 1000);
-  while (f.node.Sweep() > 0) {}
+  while (f.node.Sweep() > 0) {
+  }
   EXPECT_EQ(f.node.store().keys(), 0);
 
   RequestBuilder b;
@@ -159,7 +160,8 @@ TEST(FrameFuzzCorpus, TheSecretNodeAnswersOnlyAfterTheHandshake) {
 
 // The node-to-node seeds: refused on a gateway's session, checked (and taken) on a peer's.
 TEST(FrameFuzzCorpus, PeerOpsAreRefusedToAGatewayAndTakenFromAPeer) {
-  const std::vector<uint8_t> changes = ReadBytes(fs::path(kCorpusDir) / "peer_members_leaving_joining");
+  const std::vector<uint8_t> changes =
+      ReadBytes(fs::path(kCorpusDir) / "peer_members_leaving_joining");
   std::vector<uint8_t> stream;
   EXPECT_EQ(FeedSession(changes, Role::kGateway, stream), 3u);
   for (const wire::Reply* r : Replies(stream).replies) {
@@ -170,8 +172,8 @@ TEST(FrameFuzzCorpus, PeerOpsAreRefusedToAGatewayAndTakenFromAPeer) {
   EXPECT_EQ(FeedSession(changes, Role::kPeer, stream), 3u);
   const Replies peer(stream);
   ASSERT_EQ(peer.replies.size(), 3u);
-  EXPECT_EQ(peer.replies[0]->ops()->Get(0)->status(), wire::Status::Ok);  // its own leave
-  EXPECT_EQ(peer.replies[1]->ops()->Get(0)->status(), wire::Status::Ok);  // its own join
+  EXPECT_EQ(peer.replies[0]->ops()->Get(0)->status(), wire::Status::Ok);         // its own leave
+  EXPECT_EQ(peer.replies[1]->ops()->Get(0)->status(), wire::Status::Ok);         // its own join
   EXPECT_EQ(peer.replies[2]->ops()->Get(0)->status(), wire::Status::Forbidden);  // another's
 }
 

@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/policy_file.h"
 #include "protocol/auth.h"
 #include "protocol/frame_codec.h"
 #include "protocol/key_id.h"
-#include "common/policy_file.h"
 #include "protocol/wire.h"
 
 namespace limiter::fuzz {

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "protocol/request_builder.h"
-#include "protocol/frame_codec.h"
 #include "common/rate.h"
+#include "protocol/frame_codec.h"
 #include "protocol/key_id.h"
+#include "protocol/request_builder.h"
 #include "protocol/rules.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
@@ -129,12 +129,10 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
   std::vector<std::pair<std::string, Bytes>> c;
   // Valid requests, every op type and policy.
   c.emplace_back("check_fixed_window", check);
-  c.emplace_back("check_nested_tenant", Request([](RequestBuilder& b) {
-                   b.Check(2, "api_key", "key-1", "acme");
-                 }));
-  c.emplace_back("check_nested_three_deep", Request([](RequestBuilder& b) {
-                   b.Check(3, "recent", "key-1", "acme");
-                 }));
+  c.emplace_back("check_nested_tenant",
+                 Request([](RequestBuilder& b) { b.Check(2, "api_key", "key-1", "acme"); }));
+  c.emplace_back("check_nested_three_deep",
+                 Request([](RequestBuilder& b) { b.Check(3, "recent", "key-1", "acme"); }));
   c.emplace_back("check_operation_costs", Request([](RequestBuilder& b) {
                    b.Check(4, "api_key", "key-2", "acme", 1, "report");
                    b.Check(5, "smooth", "s-1", {}, 1, "bulk");
@@ -160,13 +158,12 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                    for (uint64_t id = 0; id < 64; ++id) b.Check(id, "meter", Numbered("m", id));
                  }));
   c.emplace_back("lease", lease);
-  c.emplace_back("lease_sliding_log", Request([](RequestBuilder& b) {
-                   b.Lease(11, "recent", "key-1", "acme", 8);
-                 }));
-  c.emplace_back("lease_then_return",
-                 Cat({lease, Request([](RequestBuilder& b) {
-                        b.Return(12, "api_key", "key-1", "acme", 2, kStartMs, 1);
-                      })}));
+  c.emplace_back("lease_sliding_log",
+                 Request([](RequestBuilder& b) { b.Lease(11, "recent", "key-1", "acme", 8); }));
+  c.emplace_back("lease_then_return", Cat({lease, Request([](RequestBuilder& b) {
+                                             b.Return(12, "api_key", "key-1", "acme", 2, kStartMs,
+                                                      1);
+                                           })}));
   c.emplace_back("return_untracked_key", Request([](RequestBuilder& b) {
                    b.Return(13, "meter", "never-seen", {}, 1, 0, 1);
                  }));
@@ -215,28 +212,28 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
   c.emplace_back("empty_ops_vector", RawRequest().Finish());
 
   // Ops the node must refuse, one case each.
-  c.emplace_back("unknown_op_type", RawRequest()
-                                        .Add({.id = 22, .type = static_cast<wire::OpType>(7),
-                                              .limits = {{"quota", "u"}}})
-                                        .Add({.id = 23, .type = static_cast<wire::OpType>(255)})
-                                        .Finish());
-  c.emplace_back("no_limits", RawRequest()
-                                  .Add({.id = 24, .with_limits = false})
-                                  .Add({.id = 25, .limits = {}})
-                                  .Finish());
+  c.emplace_back(
+      "unknown_op_type",
+      RawRequest()
+          .Add({.id = 22, .type = static_cast<wire::OpType>(7), .limits = {{"quota", "u"}}})
+          .Add({.id = 23, .type = static_cast<wire::OpType>(255)})
+          .Finish());
+  c.emplace_back(
+      "no_limits",
+      RawRequest().Add({.id = 24, .with_limits = false}).Add({.id = 25, .limits = {}}).Finish());
   c.emplace_back("limit_fields_absent", RawRequest()
                                             .Add({.id = 26, .limits = {{nullptr, "u"}}})
                                             .Add({.id = 27, .limits = {{"quota", nullptr}}})
                                             .Finish());
   c.emplace_back("empty_key", Request([](RequestBuilder& b) { b.Check(28, "quota", ""); }));
-  c.emplace_back("key_256_bytes", Request([&](RequestBuilder& b) { b.Check(29, "quota", key256); }));
-  c.emplace_back("key_300_bytes", Request([&](RequestBuilder& b) { b.Check(30, "quota", key300); }));
-  c.emplace_back("tenant_300_bytes", Request([&](RequestBuilder& b) {
-                   b.Check(31, "api_key", "k", key300);
-                 }));
-  c.emplace_back("operation_65_bytes", Request([&](RequestBuilder& b) {
-                   b.Check(32, "quota", "u", {}, 1, op65);
-                 }));
+  c.emplace_back("key_256_bytes",
+                 Request([&](RequestBuilder& b) { b.Check(29, "quota", key256); }));
+  c.emplace_back("key_300_bytes",
+                 Request([&](RequestBuilder& b) { b.Check(30, "quota", key300); }));
+  c.emplace_back("tenant_300_bytes",
+                 Request([&](RequestBuilder& b) { b.Check(31, "api_key", "k", key300); }));
+  c.emplace_back("operation_65_bytes",
+                 Request([&](RequestBuilder& b) { b.Check(32, "quota", "u", {}, 1, op65); }));
   c.emplace_back("unknown_policy", Request([&](RequestBuilder& b) {
                    b.Check(33, "nope", "u");
                    b.Check(34, policy100, "u");
@@ -269,20 +266,21 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
                    b.Check(45, "quota", "u", {}, kI64Max);
                    b.Check(46, "meter", "u", {}, kMaxCost, {}, /*dry_run=*/true);
                  }));
-  c.emplace_back("lease_strict_policy", Request([](RequestBuilder& b) {
-                   b.Lease(47, "login", "alice", {}, 1);
-                 }));
+  c.emplace_back("lease_strict_policy",
+                 Request([](RequestBuilder& b) { b.Lease(47, "login", "alice", {}, 1); }));
   c.emplace_back("lease_cost_huge", Request([](RequestBuilder& b) {
                    b.Lease(48, "meter", "u", {}, kMaxCost);
                    b.Lease(49, "meter", "u", {}, kI64Max);
                    b.Lease(50, "meter", "u", {}, 0);
                  }));
-  c.emplace_back("lease_two_limits", RawRequest()
-                                         .Add({.id = 51, .type = wire::OpType::Lease,
-                                               .limits = {{"meter", "a"}, {"meter", "b"}}})
-                                         .Finish());
+  c.emplace_back(
+      "lease_two_limits",
+      RawRequest()
+          .Add({.id = 51, .type = wire::OpType::Lease, .limits = {{"meter", "a"}, {"meter", "b"}}})
+          .Finish());
   c.emplace_back("lease_with_operation", RawRequest()
-                                             .Add({.id = 52, .type = wire::OpType::Lease,
+                                             .Add({.id = 52,
+                                                   .type = wire::OpType::Lease,
                                                    .limits = {{"api_key", "k"}},
                                                    .tenant = "acme",
                                                    .operation = "report"})
@@ -337,47 +335,51 @@ std::vector<std::pair<std::string, Bytes>> Corpus() {
     const auto name = [](flatbuffers::FlatBufferBuilder& fbb, std::string_view n) {
       return fbb.CreateString(n.data(), n.size());
     };
-    c.emplace_back("peer_members_leaving_joining", Cat({
-        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-          return std::pair{wire::OpType::Members,
-                           wire::CreatePeer(fbb, 0, 5, 0, name(fbb, kFuzzPeer))};
-        }),
-        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-          return std::pair{wire::OpType::Members,
-                           wire::CreatePeer(fbb, 0, 6, 0, 0, name(fbb, kFuzzPeer))};
-        }),
-        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-          return std::pair{wire::OpType::Members,
-                           wire::CreatePeer(fbb, 0, 7, 0, 0, name(fbb, "10.0.0.3:7450"))};
-        })}));
-    c.emplace_back("peer_members_list", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-      const std::vector<flatbuffers::Offset<flatbuffers::String>> list = {
-          name(fbb, kFuzzSelf), name(fbb, kFuzzPeer), name(fbb, "10.0.0.4:7450")};
-      return std::pair{wire::OpType::Members, wire::CreatePeer(fbb, fbb.CreateVector(list), 9)};
-    }));
+    c.emplace_back("peer_members_leaving_joining",
+                   Cat({peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+                          return std::pair{wire::OpType::Members,
+                                           wire::CreatePeer(fbb, 0, 5, 0, name(fbb, kFuzzPeer))};
+                        }),
+                        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+                          return std::pair{wire::OpType::Members,
+                                           wire::CreatePeer(fbb, 0, 6, 0, 0, name(fbb, kFuzzPeer))};
+                        }),
+                        peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+                          return std::pair{
+                              wire::OpType::Members,
+                              wire::CreatePeer(fbb, 0, 7, 0, 0, name(fbb, "10.0.0.3:7450"))};
+                        })}));
+    c.emplace_back(
+        "peer_members_list", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+          const std::vector<flatbuffers::Offset<flatbuffers::String>> list = {
+              name(fbb, kFuzzSelf), name(fbb, kFuzzPeer), name(fbb, "10.0.0.4:7450")};
+          return std::pair{wire::OpType::Members, wire::CreatePeer(fbb, fbb.CreateVector(list), 9)};
+        }));
     const Policy& quota = SharedFuzzAuthNode().policies.policies()[3];
     KeyLimiter spent(quota.algorithm);
     spent.Decide(quota.rate, kStartMs, 1000);  // the whole window's 1000 units
     std::vector<int64_t> spent_window;
     ExportState(spent, kStartMs, spent_window);
     c.emplace_back("peer_handoff", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-      std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
-      for (int i = 0; i < 8; ++i) {
-        const KeyId id = protocol::LimitId(quota, Numbered("handed-", i), {});
-        keys.push_back(wire::CreateKeyRecord(fbb, id.lo, id.hi, 3,
-                                             fbb.CreateVector(spent_window), 0, 0));
-      }
-      const auto h = wire::CreateHandoff(
-          fbb, name(fbb, kFuzzPeer), 2, SharedFuzzAuthNode().node.policy_table().digest(),
-          KeyIdSeedDigest(), kStartMs, fbb.CreateVector(keys), 0, true);
-      return std::pair{wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h)};
-    }));
-    c.emplace_back("peer_regions_report", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
-      const std::vector<wire::KeyDemand> keys = {wire::KeyDemand(1, 2, 100, 10, 0)};
-      const auto report = wire::CreateRegionReport(fbb, name(fbb, "eu"), name(fbb, kFuzzPeer), 0,
-                                                   0, fbb.CreateVectorOfStructs(keys));
-      return std::pair{wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report)};
-    }));
+                     std::vector<flatbuffers::Offset<wire::KeyRecord>> keys;
+                     for (int i = 0; i < 8; ++i) {
+                       const KeyId id = protocol::LimitId(quota, Numbered("handed-", i), {});
+                       keys.push_back(wire::CreateKeyRecord(fbb, id.lo, id.hi, 3,
+                                                            fbb.CreateVector(spent_window), 0, 0));
+                     }
+                     const auto h = wire::CreateHandoff(
+                         fbb, name(fbb, kFuzzPeer), 2,
+                         SharedFuzzAuthNode().node.policy_table().digest(), KeyIdSeedDigest(),
+                         kStartMs, fbb.CreateVector(keys), 0, true);
+                     return std::pair{wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h)};
+                   }));
+    c.emplace_back(
+        "peer_regions_report", peer_frame([&](flatbuffers::FlatBufferBuilder& fbb) {
+          const std::vector<wire::KeyDemand> keys = {wire::KeyDemand(1, 2, 100, 10, 0)};
+          const auto report = wire::CreateRegionReport(fbb, name(fbb, "eu"), name(fbb, kFuzzPeer),
+                                                       0, 0, fbb.CreateVectorOfStructs(keys));
+          return std::pair{wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report)};
+        }));
   }
   return c;
 }
@@ -394,7 +396,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   for (const auto& [name, bytes] : limiter::fuzz::Corpus()) {
     std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     if (!out) {
       std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
       return 1;

@@ -3,12 +3,11 @@
 // TLS handshakes likewise, replies that nobody reads are bounded over the whole node, and a
 // session whose secret was removed ends. Each case asserts the bound and that an honest
 // gateway is served meanwhile; waits are loops with generous bounds, no timing is asserted.
-#include <gtest/gtest.h>
 #include <fcntl.h>
-
-#include <cstring>
+#include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -16,10 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "protocol/frame_codec.h"
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "protocol/frame_codec.h"
 #include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
@@ -75,10 +74,10 @@ int64_t WaitMetric(const std::string& admin, const std::string& name, int64_t at
 }
 
 TEST(BeforeTheHello, SilentSocketsHoldABoundedShareForABoundedTime) {
-  RunningNode node = StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies),
-                                "--threads", "1", "--secret-file",
-                                WriteTempFile("before_secret", kSecret + "\n"),
-                                "--max-connections", "300", "--auth-timeout-ms", "1000"});
+  RunningNode node =
+      StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
+                 "--secret-file", WriteTempFile("before_secret", kSecret + "\n"),
+                 "--max-connections", "300", "--auth-timeout-ms", "1000"});
   ASSERT_FALSE(node.listen.empty());
   const int port = PortOf(node.listen);
   // 300 silent sockets from five other addresses: at most a quarter of max_connections (75)
@@ -108,10 +107,10 @@ TEST(BeforeTheHello, SilentSocketsHoldABoundedShareForABoundedTime) {
 }
 
 TEST(BeforeTheHello, OneSourceHoldsAtMostItsShare) {
-  RunningNode node = StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies),
-                                "--threads", "1", "--secret-file",
-                                WriteTempFile("before_secret", kSecret + "\n"),
-                                "--max-preauth-per-source", "10"});
+  RunningNode node =
+      StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
+                 "--secret-file", WriteTempFile("before_secret", kSecret + "\n"),
+                 "--max-preauth-per-source", "10"});
   ASSERT_FALSE(node.listen.empty());
   std::vector<Socket> silent;
   for (int i = 0; i < 30; ++i) silent.push_back(ConnectFrom("127.0.0.9", PortOf(node.listen)));
@@ -125,18 +124,18 @@ TEST(BeforeTheHello, OneSourceHoldsAtMostItsShare) {
 }
 
 TEST(BeforeTheHello, StalledTlsHandshakesFromOneSourceLeaveRoomForOthers) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("limiter_before_tls_" +
-                                                          std::to_string(::getpid()));
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("limiter_before_tls_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   ASSERT_TRUE(testing::MakeCa(dir, "ca") && testing::MakeCert(dir, "ca", "node") &&
               testing::MakeCert(dir, "ca", "gateway"))
       << "the openssl CLI could not make the certificates";
   const auto file = [&](const std::string& n) { return (dir / n).string(); };
-  RunningNode node = StartNode(
-      {"--policies", WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
-       "--secret-file", WriteTempFile("before_secret", kSecret + "\n"), "--tls-cert",
-       file("node.pem"), "--tls-key", file("node.key"), "--tls-client-ca", file("ca.pem"),
-       "--max-tls-handshakes", "50", "--auth-timeout-ms", "2000"});
+  RunningNode node =
+      StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
+                 "--secret-file", WriteTempFile("before_secret", kSecret + "\n"), "--tls-cert",
+                 file("node.pem"), "--tls-key", file("node.key"), "--tls-client-ca", file("ca.pem"),
+                 "--max-tls-handshakes", "50", "--auth-timeout-ms", "2000"});
   ASSERT_FALSE(node.listen.empty());
   // 50 sockets from one source each send a ClientHello's first byte and stall.
   std::vector<Socket> stalled;
@@ -167,15 +166,16 @@ TEST(BeforeTheHello, StalledTlsHandshakesFromOneSourceLeaveRoomForOthers) {
 // Frames of many CHECKs written as fast as the socket takes them, never reading a reply.
 void FloodWithoutReading(int fd) {
   RequestBuilder b;
-  for (int i = 0; i < 8000; ++i) b.Check(static_cast<uint64_t>(i), "api", "k" + std::to_string(i % 64));
+  for (int i = 0; i < 8000; ++i)
+    b.Check(static_cast<uint64_t>(i), "api", "k" + std::to_string(i % 64));
   const std::span<const uint8_t> body = b.Finish();
   std::vector<uint8_t> frame;
   AppendFrame(frame, body);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   size_t sent = 0;
   for (const auto until = Clock::now() + std::chrono::seconds(4); Clock::now() < until;) {
-    const ssize_t n = ::send(fd, frame.data() + sent % frame.size(), frame.size() - sent % frame.size(),
-                             MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd, frame.data() + sent % frame.size(),
+                             frame.size() - sent % frame.size(), MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -187,12 +187,12 @@ void FloodWithoutReading(int fd) {
 }
 
 TEST(ReplyBudget, ConnectionsThatNeverReadAreBoundedOverTheNode) {
-  RunningNode node = testing::Launch(
-      {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
-       WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1", "--secret-file",
-       WriteTempFile("before_secret", kSecret + "\n"), "--reply-budget-bytes",
-       std::to_string(16 << 20)},
-      testing::WithoutAsanQuarantine());
+  RunningNode node =
+      testing::Launch({"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
+                       WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
+                       "--secret-file", WriteTempFile("before_secret", kSecret + "\n"),
+                       "--reply-budget-bytes", std::to_string(16 << 20)},
+                      testing::WithoutAsanQuarantine());
   ASSERT_FALSE(node.listen.empty());
   const int64_t before = testing::ResidentBytes(node.process->pid());
   std::vector<std::unique_ptr<NodeConnection>> readers;
@@ -211,10 +211,11 @@ TEST(ReplyBudget, ConnectionsThatNeverReadAreBoundedOverTheNode) {
   EXPECT_GE(WaitMetric(node.admin, "limiter_reply_budget_closes_total", 1), 1);
   const int64_t buffered = AdminMetric(node.admin, "limiter_reply_buffered_bytes");
   const int64_t grown = testing::ResidentBytes(node.process->pid()) - before;
-  std::printf("20 connections that never read: %lld bytes of replies buffered (budget %d), "
-              "RSS grew by %lld KiB, %lld closed\n",
-              static_cast<long long>(buffered), 16 << 20, static_cast<long long>(grown / 1024),
-              static_cast<long long>(AdminMetric(node.admin, "limiter_reply_budget_closes_total")));
+  std::printf(
+      "20 connections that never read: %lld bytes of replies buffered (budget %d), "
+      "RSS grew by %lld KiB, %lld closed\n",
+      static_cast<long long>(buffered), 16 << 20, static_cast<long long>(grown / 1024),
+      static_cast<long long>(AdminMetric(node.admin, "limiter_reply_budget_closes_total")));
   // A connection holds at most 8 MiB of replies beyond the budget's check (its last frame).
   EXPECT_LE(buffered, (16 << 20) + (8 << 20) + (2 << 20));
   EXPECT_LT(grown, int64_t{112} << 20);  // was about 228 MiB without a node-wide bound
@@ -228,9 +229,9 @@ TEST(ReplyBudget, ConnectionsThatNeverReadAreBoundedOverTheNode) {
 
 TEST(Rotation, ASessionOfARemovedSecretEnds) {
   const std::string file = WriteTempFile("before_rotating_secret", kSecret + "\n" + kNext + "\n");
-  RunningNode node = StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies),
-                                "--threads", "1", "--secret-file", file, "--secret-reload-ms",
-                                "50"});
+  RunningNode node =
+      StartNode({"--policies", WriteTempFile("before_policies.yaml", kPolicies), "--threads", "1",
+                 "--secret-file", file, "--secret-reload-ms", "50"});
   ASSERT_FALSE(node.listen.empty());
   Result<std::unique_ptr<NodeConnection>> old_one =
       NodeConnection::Connect(node.listen, 5000, WithSecret(kSecret));

@@ -15,8 +15,8 @@
 #include "common/subprocess.h"
 #include "limiter/client/client.h"
 #include "test/integration/node_process.h"
-#include "test/support/ctl_runner.h"
 #include "test/support/build_paths.h"
+#include "test/support/ctl_runner.h"
 
 namespace limiter {
 namespace {

@@ -3,15 +3,15 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <atomic>
-#include <chrono>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
-#include "protocol/ring.h"
 #include "limiter/client/asio.h"
 #include "limiter/client/client.h"
+#include "protocol/ring.h"
 #include "test/integration/node_process.h"
 #include "test/support/wait.h"
 
@@ -219,8 +219,8 @@ TEST_F(Cluster, ManyThreadsOnOneKeyGetExactlyWhatItHolds) {
       for (int64_t n : {int64_t{150}, int64_t{3000}}) {
         const std::string key = "one-key-" + std::to_string(run++);
         const OneKeyRun r = RunOneKey(*client, policy, key, threads, n);
-        SCOPED_TRACE(std::string(policy) + ", " + std::to_string(threads) + " threads, n = " +
-                     std::to_string(n));
+        SCOPED_TRACE(std::string(policy) + ", " + std::to_string(threads) +
+                     " threads, n = " + std::to_string(n));
         EXPECT_EQ(r.fallback, 0);
         const int64_t refilled = static_cast<int64_t>(r.seconds * 1000 / 3600) + 1;
         EXPECT_GE(r.allowed, std::min<int64_t>(n, 1000));
@@ -255,12 +255,11 @@ TEST_F(Cluster, AsyncDecideCompletesOnTheGivenAsioExecutor) {
   int done = 0, allowed = 0;
   std::thread::id ran_on;
   for (int i = 0; i < 7; ++i) {
-    client::AsyncDecide(*client, {"login", "async-user"}, io.get_executor(),
-                        [&](Decision d) {
-                          ++done;
-                          allowed += d.allowed;
-                          ran_on = std::this_thread::get_id();
-                        });
+    client::AsyncDecide(*client, {"login", "async-user"}, io.get_executor(), [&](Decision d) {
+      ++done;
+      allowed += d.allowed;
+      ran_on = std::this_thread::get_id();
+    });
   }
   // Keep io from stopping while it waits for the first completion to be posted.
   auto work = asio::make_work_guard(io);
@@ -329,8 +328,8 @@ TEST(ClientSecret, OnlyAGatewayWithTheSecretIsServed) {
       testing::WriteTempFile("client_secret", "gateway-secret-0123456789abcdef\n");
   const std::string other =
       testing::WriteTempFile("client_other_secret", "another-secret-0123456789abcdef\n");
-  RunningNode node = testing::StartNode(
-      {"--policies", policies, "--threads", "1", "--secret-file", secret});
+  RunningNode node =
+      testing::StartNode({"--policies", policies, "--threads", "1", "--secret-file", secret});
   ASSERT_FALSE(node.listen.empty());
   auto make = [&](const std::string& secret_file) {
     client::Options o;

@@ -1,13 +1,13 @@
 // limiterctl check, inspect and stats against a real node.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "test/support/ctl_runner.h"
 #include "test/integration/node_process.h"
+#include "test/support/ctl_runner.h"
 
 namespace limiter {
 namespace {
@@ -36,8 +36,8 @@ policies:
 };
 
 TEST_F(CtlNode, ClusterViewsOfOneNode) {
-  ASSERT_EQ(Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "eve", "-n",
-                 "8"}).status,
+  ASSERT_EQ(Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "eve", "-n", "8"})
+                .status,
             0);
   Outcome o = Ctl({"hotkeys", "--cluster", node_.listen, "--once", "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
@@ -66,12 +66,11 @@ TEST_F(CtlNode, ClusterViewsOfOneNode) {
   EXPECT_EQ(j["buckets"][0]["state"]["count"], 5);
 
   // Text tables fit 80 columns.
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"hotkeys", "--cluster", node_.listen, "--once"},
-                                             {"ring", "--cluster", node_.listen},
-                                             {"stats", "--cluster", node_.listen, "--interval", "0.1"},
-                                             {"inspect", "--cluster", node_.listen, "--policy",
-                                              "login", "eve"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"hotkeys", "--cluster", node_.listen, "--once"},
+           {"ring", "--cluster", node_.listen},
+           {"stats", "--cluster", node_.listen, "--interval", "0.1"},
+           {"inspect", "--cluster", node_.listen, "--policy", "login", "eve"}}) {
     o = Ctl(args);
     ASSERT_EQ(o.status, 0) << o.err;
     std::istringstream lines(o.out);
@@ -88,7 +87,8 @@ TEST_F(CtlNode, ClusterViewsOfOneNode) {
   EXPECT_EQ(o.status, 1);
   o = Ctl({"ring", "--cluster", "nohost"});
   EXPECT_EQ(o.status, 2);
-  EXPECT_EQ(o.err, "limiterctl ring: --cluster: member 'nohost' is not HOST:PORT with a port 1-65535\n");
+  EXPECT_EQ(o.err,
+            "limiterctl ring: --cluster: member 'nohost' is not HOST:PORT with a port 1-65535\n");
   o = Ctl({"inspect", "--policy", "login", "eve"});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err, "limiterctl inspect: give --server HOST:PORT or --cluster HOST:PORT,...\n");
@@ -163,13 +163,12 @@ TEST_F(CtlNode, CheckReportsErrorsAndExitsOne) {
   EXPECT_EQ(o.err, "limiterctl check: connect to 127.0.0.1:1: Connection refused\n");
   o = Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "k", "--cost", "0"});
   EXPECT_EQ(o.status, 1);
-  EXPECT_EQ(o.err,
-            "limiterctl check: BadRequest: cost must be between 1 and 1000000000, got 0\n");
+  EXPECT_EQ(o.err, "limiterctl check: BadRequest: cost must be between 1 and 1000000000, got 0\n");
 }
 
 TEST_F(CtlNode, InspectAndStatsShowWhatTheyName) {
-  ASSERT_EQ(Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "bob", "-n",
-                 "2"}).status,
+  ASSERT_EQ(Ctl({"check", "--server", node_.listen, "--policy", "login", "--key", "bob", "-n", "2"})
+                .status,
             0);
   Outcome o = Ctl({"inspect", "--server", node_.listen, "--policy", "login", "bob", "--json"});
   ASSERT_EQ(o.status, 0) << o.err;

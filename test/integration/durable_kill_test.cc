@@ -74,9 +74,9 @@ class DurableKill : public ::testing::TestWithParam<const char*> {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   testing::RunningNode Start() {
-    return testing::Launch({"--listen", address_, "--admin", "127.0.0.1:0", "--policies",
-                            policies_, "--threads", "2", "--data-dir", dir_, "--durability",
-                            GetParam(), "--sync-interval-ms", std::to_string(kIntervalMs)});
+    return testing::Launch({"--listen", address_, "--admin", "127.0.0.1:0", "--policies", policies_,
+                            "--threads", "2", "--data-dir", dir_, "--durability", GetParam(),
+                            "--sync-interval-ms", std::to_string(kIntervalMs)});
   }
 
   // Units the node holds charged on the quota's key (limit - remaining), by INSPECT.
@@ -99,11 +99,12 @@ TEST_P(DurableKill, KilledTwentyTimesTheQuotaKeepsEveryAcknowledgedCharge) {
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
   // The quotas are UTC days: a run must not straddle midnight.
-  const int64_t to_midnight =
-      86'400'000 - std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                           .count() % 86'400'000;
-  if (to_midnight < 120'000) std::this_thread::sleep_for(std::chrono::milliseconds(to_midnight + 100));
+  const int64_t to_midnight = 86'400'000 - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                                   .count() %
+                                               86'400'000;
+  if (to_midnight < 120'000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(to_midnight + 100));
 
   testing::RunningNode node = Start();
   ASSERT_FALSE(node.listen.empty());
@@ -148,7 +149,8 @@ TEST_P(DurableKill, KilledTwentyTimesTheQuotaKeepsEveryAcknowledgedCharge) {
 
   // In interval mode a kill may take what was queued in the last interval; a loaded machine
   // may hold the committer back for a while, so the allowance is generous.
-  const auto allowance = sync ? Clock::duration::zero() : std::chrono::milliseconds(kIntervalMs + 1000);
+  const auto allowance =
+      sync ? Clock::duration::zero() : std::chrono::milliseconds(kIntervalMs + 1000);
   // Each kill may take what was acknowledged within `allowance` before it, and no more: a
   // restart's charge is at least every acknowledged admission less what the kills so far
   // were allowed to take.

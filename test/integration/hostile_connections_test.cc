@@ -27,8 +27,8 @@
 namespace limiter {
 namespace {
 
-using testing::RunningNode;
 using testing::AdminMetric;
+using testing::RunningNode;
 using testing::StartNode;
 using testing::WriteTempFile;
 using Clock = std::chrono::steady_clock;

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <thread>
 
-#include "protocol/node_connection.h"
-#include "protocol/request_builder.h"
 #include "protocol/auth.h"
 #include "protocol/frame_codec.h"
+#include "protocol/node_connection.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 #include "test/integration/node_process.h"
 #include "test/support/wait.h"
@@ -43,12 +43,11 @@ class HostilePeer : public ::testing::Test {
     secret_file_ = WriteTempFile("hostile_secret", kSecret + "\n");
     log_ = WriteTempFile("hostile_peer_node.log", "");
     // `sh -c 'exec "$0" "$@" 2>>LOG' limiterd ARGS...`: the same pid, its stderr kept.
-    node_ = testing::Launch(
-        {"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
-         WriteTempFile("hostile_policies.yaml", kPolicies), "--threads", "1", "--secret-file",
-         secret_file_, "--secret-reload-ms", "100", "--hot-split-above", "2000", "--hot-split",
-         "4"},
-        {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>'" + log_ + "'"});
+    node_ = testing::Launch({"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--policies",
+                             WriteTempFile("hostile_policies.yaml", kPolicies), "--threads", "1",
+                             "--secret-file", secret_file_, "--secret-reload-ms", "100",
+                             "--hot-split-above", "2000", "--hot-split", "4"},
+                            {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>'" + log_ + "'"});
     ASSERT_FALSE(node_.listen.empty()) << NodeLog();
   }
   void TearDown() override {

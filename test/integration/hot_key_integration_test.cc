@@ -3,21 +3,21 @@
 // its admissions stay within B + L*t/W throughout. The cluster requires a secret, so the
 // sub-buckets on other nodes are opened by the owner's split tokens, end to end.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 #include <thread>
 
 #include "common/promise_check.h"
-#include "protocol/rules.h"
-#include "protocol/ring.h"
 #include "limiter/client/client.h"
+#include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "test/integration/node_process.h"
 #include "test/support/ctl_runner.h"
 #include "test/support/wait.h"
@@ -64,9 +64,9 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   }
   std::vector<testing::RunningNode> nodes;
   for (const std::string& a : addresses) {
-    nodes.push_back(testing::Launch({"--listen", a, "--admin", "127.0.0.1:0", "--members",
-                                     members, "--self", a, "--policies", policies, "--threads",
-                                     "1", "--hot-split-above", "1500", "--hot-split", "4"}));
+    nodes.push_back(testing::Launch({"--listen", a, "--admin", "127.0.0.1:0", "--members", members,
+                                     "--self", a, "--policies", policies, "--threads", "1",
+                                     "--hot-split-above", "1500", "--hot-split", "4"}));
     ASSERT_FALSE(nodes.back().listen.empty());
   }
   for (const testing::RunningNode& n : nodes) testing::WaitReady(n);
@@ -155,10 +155,10 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
       std::chrono::seconds(60), std::chrono::milliseconds(500));
   ASSERT_EQ(ctl_error, "");
   EXPECT_TRUE(merged);
-  RecordProperty("split_and_merge_ms",
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    Clock::now() - start)
-                                    .count()));
+  RecordProperty(
+      "split_and_merge_ms",
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
   // Some traffic after the reopening: a second's worth of the hot key's admissions (50/s).
   const int64_t merged_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -176,7 +176,7 @@ TEST(HotKeyCluster, SplitsSpreadsListsFirstAndMergesBack) {
   ASSERT_GT(hot_admitted.size(), 2000u);
   std::sort(hot_admitted.begin(), hot_admitted.end());
   const WorstWindow worst = FindWorstWindow(UnitAdmissionsAtMs(hot_admitted),
-                                           {1000, 1'000'000, 1000, /*resolution_us=*/20'000});
+                                            {1000, 1'000'000, 1000, /*resolution_us=*/20'000});
   EXPECT_FALSE(worst.over) << worst.admitted << " in " << worst.interval_us << " us";
 
   // No op of the legitimate client on a sub-bucket was refused as forged.
@@ -212,13 +212,13 @@ TEST_P(SplitUnderLoad, NoErrorNoDenialWhileItSplitsMergesAndSplitsAgain) {
       ::unsetenv("LIMITER_PEER_SECRET");
     }
   } unset;
-  const std::string policies = testing::WriteTempFile(
-      std::string("split_load_") + GetParam().name + ".yaml",
-      std::string("policies:\n  - ") + GetParam().policy + "\n");
+  const std::string policies =
+      testing::WriteTempFile(std::string("split_load_") + GetParam().name + ".yaml",
+                             std::string("policies:\n  - ") + GetParam().policy + "\n");
   // Views valid 1 s, so that a merge completes within the light phase.
-  const std::string config = testing::WriteTempFile(
-      std::string("split_load_") + GetParam().name + "_config.yaml",
-      "hot_keys: {merge_below: 200, valid: 1s}\n");
+  const std::string config =
+      testing::WriteTempFile(std::string("split_load_") + GetParam().name + "_config.yaml",
+                             "hot_keys: {merge_below: 200, valid: 1s}\n");
   std::vector<std::string> addresses;
   std::string members;
   for (int i = 0; i < 3; ++i) {
@@ -243,10 +243,9 @@ TEST_P(SplitUnderLoad, NoErrorNoDenialWhileItSplitsMergesAndSplitsAgain) {
     return total;
   };
   auto check = [&](const std::string& phase, const std::string& n, const std::string& rate) {
-    const testing::CtlOutcome o =
-        testing::RunCtl({"check", "--cluster", members, "--policy-file", policies, "--policy",
-                         "api", "--key", "scorching", "-n", n, "--rate", rate, "--concurrency",
-                         "4", "--json"});
+    const testing::CtlOutcome o = testing::RunCtl(
+        {"check", "--cluster", members, "--policy-file", policies, "--policy", "api", "--key",
+         "scorching", "-n", n, "--rate", rate, "--concurrency", "4", "--json"});
     EXPECT_EQ(o.status, 0) << phase << ": " << o.out << o.err;
     const nlohmann::json j = nlohmann::json::parse(o.out);
     EXPECT_EQ(j["errors"], 0) << phase << ": " << o.out << o.err;

@@ -38,9 +38,9 @@ struct Gateway {
 Gateway StartGateway(const std::string& node, const std::string& policies,
                      const std::string& policy) {
   Gateway g;
-  Result<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      {testing::GatewayBin(), "--listen", "127.0.0.1:0", "--policy-file", policies, "--members",
-       node, "--policy", policy, "--deadline-ms", "5000"});
+  Result<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start({testing::GatewayBin(), "--listen", "127.0.0.1:0", "--policy-file",
+                         policies, "--members", node, "--policy", policy, "--deadline-ms", "5000"});
   EXPECT_TRUE(p.ok()) << p.error();
   if (!p.ok()) return g;
   g.process = std::move(p).value();
@@ -114,8 +114,8 @@ TEST(HttpGatewayStartup, BadFlagsAreAMessageAndExitTwo) {
   const std::string policies = WriteTempFile("gateway_bad_policies.yaml", kPolicies);
   Result<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({"/bin/sh", "-c",
-                         testing::GatewayBin() + " --listen nowhere --policy-file " +
-                             policies + " --members 127.0.0.1:1 2>&1"});
+                         testing::GatewayBin() + " --listen nowhere --policy-file " + policies +
+                             " --members 127.0.0.1:1 2>&1"});
   ASSERT_TRUE(p.ok()) << p.error();
   Result<std::string> line = (*p)->ReadLine(20'000);
   ASSERT_TRUE(line.ok()) << line.error();

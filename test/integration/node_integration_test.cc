@@ -9,9 +9,9 @@
 #include <thread>
 #include <tuple>
 
+#include "protocol/frame_codec.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "protocol/frame_codec.h"
 #include "protocol/wire.h"
 #include "test/integration/node_process.h"
 #include "test/support/build_paths.h"
@@ -54,8 +54,7 @@ class NodeIntegration : public ::testing::Test {
     b.Check(1, "ip", "probe");
     if (!c->Send(b.Finish()).ok()) return false;
     Result<const wire::Reply*> r = c->Receive();
-    return r.ok() && (*r)->ops()->size() == 1 &&
-           (*r)->ops()->Get(0)->status() == wire::Status::Ok;
+    return r.ok() && (*r)->ops()->size() == 1 && (*r)->ops()->Get(0)->status() == wire::Status::Ok;
   }
 
   int64_t Stat(const std::string& name) {
@@ -89,7 +88,8 @@ TEST_F(NodeIntegration, SixteenConnectionsRaceForOneKeyAndExactlyTheLimitIsAdmit
       RequestBuilder b;
       for (int frame = 0; frame < 50; ++frame) {  // 50 frames of 10 checks, pipelined by 5
         b.Clear();
-        for (int i = 0; i < 10; ++i) b.Check(static_cast<uint64_t>(frame * 10 + i), "hourly", "one-key");
+        for (int i = 0; i < 10; ++i)
+          b.Check(static_cast<uint64_t>(frame * 10 + i), "hourly", "one-key");
         if (!c->Send(b.Finish()).ok()) ++errors;
         if (frame % 5 != 4) continue;
         for (int k = 0; k < 5; ++k) {
@@ -212,7 +212,8 @@ TEST_F(NodeIntegration, FramingErrorsCloseThatConnectionOnly) {
       {{0xff, 0xff, 0xff, 0xff}, "frame length 4294967295 above the maximum of 1048576"},
       {{0x01, 0x00, 0x10, 0x00}, "frame length 1048577 above the maximum of 1048576"},
       {{0, 0, 0, 0}, "frame length 0"},
-      {{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'}, "frame length 542393671 above the maximum of 1048576"},
+      {{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'},
+       "frame length 542393671 above the maximum of 1048576"},
   };
   auto other = Connect();  // open throughout: it must not notice anything
   for (const Case& c : cases) {
@@ -361,7 +362,8 @@ TEST(NodeStartup, IdleConnectionsAreClosed) {
 }
 
 TEST(NodeStartup, BadConfigurationIsOneClearMessageAndExitOne) {
-  const std::string bad = WriteTempFile("bad_policies.yaml", "policies:\n  - {name: a, limit: 0, window: 1s, class: contract}\n");
+  const std::string bad = WriteTempFile(
+      "bad_policies.yaml", "policies:\n  - {name: a, limit: 0, window: 1s, class: contract}\n");
   Result<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({testing::LimiterdBin(), "--listen", "127.0.0.1:0", "--policies", bad});
   ASSERT_TRUE(p.ok());
@@ -375,16 +377,16 @@ TEST(NodeStartup, BadConfigurationIsOneClearMessageAndExitOne) {
 TEST(NodeStartup, WithoutASecretOrClientCertificatesOnlyLoopbackIsServed) {
   const std::string policies = WriteTempFile("protected_policies.yaml", kPolicies);
   // Refused before anything is bound: no traffic leaves loopback.
-  auto [status, out] = testing::RunToExit({"--listen", "0.0.0.0:0", "--admin", "",
-                                           "--policies", policies});
+  auto [status, out] =
+      testing::RunToExit({"--listen", "0.0.0.0:0", "--admin", "", "--policies", policies});
   EXPECT_EQ(status, 1);
   EXPECT_EQ(out,
             "limiterd: listening on 0.0.0.0:0 without a cluster secret would trust every peer "
             "that reaches it; give --secret-file (or $LIMITER_SECRET_FILE / $LIMITER_SECRET), "
             "client certificates (--tls-client-ca), or --insecure");
-  std::tie(status, out) = testing::RunToExit({"--listen", "[::]:0", "--admin", "", "--policies",
-                                              policies, "--tls-cert", "/nonexistent/node.pem",
-                                              "--tls-key", "/nonexistent/node.key"});
+  std::tie(status, out) =
+      testing::RunToExit({"--listen", "[::]:0", "--admin", "", "--policies", policies, "--tls-cert",
+                          "/nonexistent/node.pem", "--tls-key", "/nonexistent/node.key"});
   EXPECT_EQ(status, 1);  // TLS alone authenticates nobody
   EXPECT_NE(out.find("without a cluster secret"), std::string::npos) << out;
 }

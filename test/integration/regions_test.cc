@@ -6,8 +6,6 @@
 // timings never asserted.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -58,7 +57,7 @@ policies:
 struct Region {
   std::string name;
   int port = 0;
-  int per_second = 0;  // the demand its gateway drives
+  int per_second = 0;                 // the demand its gateway drives
   std::unique_ptr<DelayProxy> proxy;  // how the other regions reach it
   RunningNode node;
   std::unique_ptr<client::Client> client;
@@ -88,13 +87,13 @@ class RegionsLoopback : public ::testing::Test {
       config << "listen: 127.0.0.1:" << r.port << "\nadmin: 127.0.0.1:0\npolicies: " << policies_
              << "\nthreads: 1\nregion: " << r.name << "\nrebalance_interval: 1s\n"
              << "secret_file: " << secret << "\npeer_secret_file: " << peer
-             << "\nkey_seed_file: " << seed << "\n"
+             << "\nkey_seed_file: " << seed
+             << "\n"
              // The address the other regions know this node by (its proxy): its reports say so.
              << "self: " << r.proxy->address() << "\nregions:\n";
       for (const Region& other : regions_) {
         if (other.name == r.name) continue;
-        config << "  - {name: " << other.name << ", members: [" << other.proxy->address()
-               << "]}\n";
+        config << "  - {name: " << other.name << ", members: [" << other.proxy->address() << "]}\n";
       }
       const std::string path = testing::WriteTempFile("regions_" + r.name + ".yaml", config.str());
       configs_.push_back(path);
@@ -220,13 +219,14 @@ TEST_F(RegionsLoopback, SharesFollowDemandAcrossRegionsAndTheFleetStaysWithinThe
   // The interval closest to its bound, and the admissions of the last 3 s (shares settled).
   int64_t settled = 0;
   for (const Admission& a : all) settled += a.end_us >= all.back().end_us - 3'000'000;
-  std::printf("across regions: the interval closest to B + L*t/W: %lld admitted in %.2f s of "
-              "%.1f allowed (%+.1f); the last 3 s: %lld admitted (L = %lld/s); %zu in all over "
-              "%.1f s\n",
-              static_cast<long long>(worst.admitted), static_cast<double>(worst.interval_us) / 1e6,
-              worst.allowed, static_cast<double>(worst.admitted) - worst.allowed,
-              static_cast<long long>(settled), static_cast<long long>(kLimit), all.size(),
-              static_cast<double>(NowUs() - t0) / 1e6);
+  std::printf(
+      "across regions: the interval closest to B + L*t/W: %lld admitted in %.2f s of "
+      "%.1f allowed (%+.1f); the last 3 s: %lld admitted (L = %lld/s); %zu in all over "
+      "%.1f s\n",
+      static_cast<long long>(worst.admitted), static_cast<double>(worst.interval_us) / 1e6,
+      worst.allowed, static_cast<double>(worst.admitted) - worst.allowed,
+      static_cast<long long>(settled), static_cast<long long>(kLimit), all.size(),
+      static_cast<double>(NowUs() - t0) / 1e6);
 }
 
 // A REGIONS report "from eu" with 400 made-up key ids, sent to the us node: over a gateway's
@@ -236,11 +236,10 @@ std::vector<uint8_t> ForgedReport(const std::string& region, const std::string& 
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<wire::KeyDemand> keys;
   for (uint64_t i = 1; i <= 400; ++i) keys.push_back(wire::KeyDemand(i, i << 40, 1'000'000, 0, 0));
-  const auto report = wire::CreateRegionReport(fbb, fbb.CreateString(region),
-                                               fbb.CreateString(node), 0, 0,
-                                               fbb.CreateVectorOfStructs(keys));
-  const auto body = FinishPeerRequest(fbb, wire::OpType::Regions,
-                                      wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
+  const auto report = wire::CreateRegionReport(
+      fbb, fbb.CreateString(region), fbb.CreateString(node), 0, 0, fbb.CreateVectorOfStructs(keys));
+  const auto body =
+      FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, report));
   return {body.begin(), body.end()};
 }
 
@@ -249,7 +248,8 @@ TEST_F(RegionsLoopback, NoGatewayNorAPeerOfAnotherRegionCanForgeAReport) {
   const Region& eu = regions_[1];
   const Region& ap = regions_[2];
   const auto send = [&](NodeAccess access, const std::vector<uint8_t>& frame) {
-    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(us.node.listen, 5000, access);
+    Result<std::unique_ptr<NodeConnection>> c =
+        NodeConnection::Connect(us.node.listen, 5000, access);
     EXPECT_TRUE(c.ok()) << c.error();
     if (!c.ok()) return std::string("no connection");
     EXPECT_TRUE((*c)->Send(frame).ok());
@@ -260,7 +260,8 @@ TEST_F(RegionsLoopback, NoGatewayNorAPeerOfAnotherRegionCanForgeAReport) {
     EXPECT_EQ(o->status(), wire::Status::Forbidden);
     return o->error() ? o->error()->str() : std::string();
   };
-  const int64_t received = testing::AdminMetric(us.node.admin, "limiter_region_reports_received_total");
+  const int64_t received =
+      testing::AdminMetric(us.node.admin, "limiter_region_reports_received_total");
   NodeAccess gateway;
   gateway.secret = kGatewaySecret;
   std::string why = send(gateway, ForgedReport("eu", eu.proxy->address()));

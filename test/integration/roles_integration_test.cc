@@ -12,17 +12,17 @@
 #include <thread>
 #include <vector>
 
+#include "common/member_list.h"
+#include "limiter/client/client.h"
+#include "protocol/auth.h"
+#include "protocol/key_id.h"
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "protocol/auth.h"
-#include "protocol/key_id.h"
-#include "common/member_list.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
-#include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/integration/test_certificates.h"
@@ -69,11 +69,28 @@ class RolesCluster : public ::testing::Test {
     }
     const std::string members = addresses_[0] + "," + addresses_[1];
     for (const std::string& a : addresses_) {
-      nodes_.push_back(testing::Launch({"--listen", a, "--admin", "127.0.0.1:0", "--members",
-                                        members, "--self", a, "--policies", policies_,
-                                        "--threads", "1", "--generation", "1", "--secret-file",
-                                        secret_, "--peer-secret-file", peer_, "--key-seed-file",
-                                        seed_, "--handoff-deadline-ms", "3000"}));
+      nodes_.push_back(testing::Launch({"--listen",
+                                        a,
+                                        "--admin",
+                                        "127.0.0.1:0",
+                                        "--members",
+                                        members,
+                                        "--self",
+                                        a,
+                                        "--policies",
+                                        policies_,
+                                        "--threads",
+                                        "1",
+                                        "--generation",
+                                        "1",
+                                        "--secret-file",
+                                        secret_,
+                                        "--peer-secret-file",
+                                        peer_,
+                                        "--key-seed-file",
+                                        seed_,
+                                        "--handoff-deadline-ms",
+                                        "3000"}));
       ASSERT_FALSE(nodes_.back().listen.empty());
     }
     for (const RunningNode& n : nodes_) testing::WaitReady(n);
@@ -223,11 +240,12 @@ TEST_F(RolesCluster, DrainingTakesThePeerSecretsTokenFromLoopbackToo) {
 TEST(RolesFlags, ABadSecretSetupStopsTheNodeWithOneMessage) {
   const std::string policies = WriteTempFile("roles_flag_policies.yaml", kPolicies);
   const std::string secret = WriteTempFile("roles_flag_secret", kGatewaySecret + "\n");
-  const std::string both = WriteTempFile("roles_flag_both", kPeerSecret + "\n" + kGatewaySecret + "\n");
+  const std::string both =
+      WriteTempFile("roles_flag_both", kPeerSecret + "\n" + kGatewaySecret + "\n");
   const std::string self = "127.0.0.1:" + std::to_string(testing::PickFreePort());
-  const std::vector<std::string> cluster = {"--listen", self, "--admin", "", "--policies",
-                                            policies, "--members", self, "--self", self,
-                                            "--secret-file", secret};
+  const std::vector<std::string> cluster = {"--listen",   self,     "--admin",       "",
+                                            "--policies", policies, "--members",     self,
+                                            "--self",     self,     "--secret-file", secret};
   auto [status, line] = testing::RunToExit(cluster);
   EXPECT_EQ(status, 1);
   EXPECT_NE(line.find("needs a peer credential"), std::string::npos) << line;
@@ -284,11 +302,30 @@ TEST_F(RolesTls, AGatewayCertificateIsNoNodesWhateverItClaims) {
   std::vector<RunningNode> nodes;
   for (const std::string& a : addresses) {
     // No peer secret: the node certificate is the peer credential.
-    nodes.push_back(testing::Launch(
-        {"--listen", a, "--admin", "127.0.0.1:0", "--members", members, "--self", a,
-         "--policies", policies, "--threads", "1", "--secret-file", secret, "--tls-cert",
-         File("node.pem"), "--tls-key", File("node.key"), "--tls-client-ca", File("gateways.pem"),
-         "--tls-peer-ca", File("nodes.pem"), "--handoff-deadline-ms", "3000"}));
+    nodes.push_back(testing::Launch({"--listen",
+                                     a,
+                                     "--admin",
+                                     "127.0.0.1:0",
+                                     "--members",
+                                     members,
+                                     "--self",
+                                     a,
+                                     "--policies",
+                                     policies,
+                                     "--threads",
+                                     "1",
+                                     "--secret-file",
+                                     secret,
+                                     "--tls-cert",
+                                     File("node.pem"),
+                                     "--tls-key",
+                                     File("node.key"),
+                                     "--tls-client-ca",
+                                     File("gateways.pem"),
+                                     "--tls-peer-ca",
+                                     File("nodes.pem"),
+                                     "--handoff-deadline-ms",
+                                     "3000"}));
     ASSERT_FALSE(nodes.back().listen.empty());
   }
   for (const RunningNode& n : nodes) testing::WaitReady(n);

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "common/promise_check.h"
-#include "protocol/ring.h"
 #include "limiter/client/client.h"
+#include "protocol/ring.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/support/wait.h"
@@ -47,16 +47,16 @@ using namespace std::chrono_literals;
 
 // One security policy, strict: one CHECK per request at the key's owner, and a fallback (no
 // local limit) that denies, so every admission is a node's decision.
-constexpr int64_t kLimit = 20;        // L
-constexpr int64_t kWindowMs = 2000;   // W
-constexpr int64_t kBurst = 20;        // B
+constexpr int64_t kLimit = 20;       // L
+constexpr int64_t kWindowMs = 2000;  // W
+constexpr int64_t kBurst = 20;       // B
 const char* kPolicies = R"(
 policies:
   - {name: login, algorithm: token_bucket, limit: 20, window: 2s, burst: 20, class: security,
      mode: strict}
 )";
 constexpr int kKeys = 16;
-constexpr int kThreads = 4;                            // each drives kKeys / kThreads keys
+constexpr int kThreads = 4;  // each drives kKeys / kThreads keys
 constexpr auto kPerKeyPeriod = std::chrono::microseconds(25'000);  // 40 req/s per key: 4 L/W
 
 int64_t NowUs() {
@@ -204,10 +204,9 @@ class RollingRestart : public ::testing::Test {
     const std::string log = testing::WriteTempFile(
         "rolling_" + m.name + "_start" + std::to_string(++m.starts) + ".log", "");
     m.logs.push_back(log);
-    std::vector<std::string> args = {"--listen", m.address, "--admin", "127.0.0.1:0",
-                                     "--members", member_list, "--self", m.address,
-                                     "--policies", policies_, "--threads", "1",
-                                     "--generation", "1"};
+    std::vector<std::string> args = {
+        "--listen", m.address,    "--admin", "127.0.0.1:0", "--members", member_list,    "--self",
+        m.address,  "--policies", policies_, "--threads",   "1",         "--generation", "1"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     // `sh -c 'exec "$0" "$@" 2>>LOG' limiterd ARGS...`: the same pid, its stderr captured.
     m.node = testing::Launch(args, {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>'" + log + "'"});
@@ -318,9 +317,9 @@ class RollingRestart : public ::testing::Test {
                 [](const Admission& a, const Admission& b) { return a.end_us < b.end_us; });
       // The bound asserted (with `extra`), and the plain promise's figure to print.
       const WorstWindow checked = FindWorstWindow(sorted, asserted);
-      EXPECT_FALSE(checked.over)
-          << k.key << ": admitted " << checked.admitted << " in " << Seconds(checked.interval_us)
-          << " s, over the bound " << checked.allowed << " (B + L*t/W + " << extra << ")";
+      EXPECT_FALSE(checked.over) << k.key << ": admitted " << checked.admitted << " in "
+                                 << Seconds(checked.interval_us) << " s, over the bound "
+                                 << checked.allowed << " (B + L*t/W + " << extra << ")";
       const WorstWindow plain = FindWorstWindow(sorted, promise);
       double excess = static_cast<double>(plain.admitted) - plain.allowed;
       if (std::abs(excess) < 0.05) excess = 0;  // printed as +0.0, not -0.0
@@ -330,8 +329,8 @@ class RollingRestart : public ::testing::Test {
         f.worst_window_key = &k;
       }
       const double t_s = Seconds(k.last_end_us - k.first_start_us);
-      const double bound = static_cast<double>(kBurst) +
-                           static_cast<double>(kLimit) * t_s * 1000.0 / kWindowMs;
+      const double bound =
+          static_cast<double>(kBurst) + static_cast<double>(kLimit) * t_s * 1000.0 / kWindowMs;
       const double total_excess = static_cast<double>(k.admitted.size()) - bound;
       if (total_excess > worst_total_excess) {
         worst_total_excess = total_excess;
@@ -342,25 +341,25 @@ class RollingRestart : public ::testing::Test {
     }
     EXPECT_EQ(load_->errors_.load(), 0);
     EXPECT_EQ(allowed_in_fallback, 0) << "a security fallback without a local limit admitted";
-    std::printf("  load: %.1f s, %lld requests on %d keys, %lld admitted; by source: store "
-                "%lld, lease %lld, fallback %lld\n",
-                Seconds(load_us), static_cast<long long>(requests), kKeys,
-                static_cast<long long>(admitted), static_cast<long long>(by_source[0]),
-                static_cast<long long>(by_source[1]), static_cast<long long>(by_source[2]));
+    std::printf(
+        "  load: %.1f s, %lld requests on %d keys, %lld admitted; by source: store "
+        "%lld, lease %lld, fallback %lld\n",
+        Seconds(load_us), static_cast<long long>(requests), kKeys, static_cast<long long>(admitted),
+        static_cast<long long>(by_source[0]), static_cast<long long>(by_source[1]),
+        static_cast<long long>(by_source[2]));
     const client::Counters c = client_->counters();
-    std::printf("  client: %llu member lists adopted, %llu WrongOwner, %llu store errors "
-                "(%llu deadline misses), %llu nodes down now\n",
-                static_cast<unsigned long long>(c.rings_adopted),
-                static_cast<unsigned long long>(c.wrong_owner),
-                static_cast<unsigned long long>(c.store_errors),
-                static_cast<unsigned long long>(c.deadline_misses),
-                static_cast<unsigned long long>(c.nodes_down));
+    std::printf(
+        "  client: %llu member lists adopted, %llu WrongOwner, %llu store errors "
+        "(%llu deadline misses), %llu nodes down now\n",
+        static_cast<unsigned long long>(c.rings_adopted),
+        static_cast<unsigned long long>(c.wrong_owner),
+        static_cast<unsigned long long>(c.store_errors),
+        static_cast<unsigned long long>(c.deadline_misses),
+        static_cast<unsigned long long>(c.nodes_down));
     if (f.worst_window_key) {
       std::printf("  worst interval: %s admitted %lld in %.2f s, B + L*t/W = %.1f (%+.1f)\n",
-                  f.worst_window_key->key.c_str(),
-                  static_cast<long long>(f.worst_window.admitted),
-                  Seconds(f.worst_window.interval_us), f.worst_window.allowed,
-                  worst_window_excess);
+                  f.worst_window_key->key.c_str(), static_cast<long long>(f.worst_window.admitted),
+                  Seconds(f.worst_window.interval_us), f.worst_window.allowed, worst_window_excess);
     }
     return f;
   }
@@ -384,15 +383,16 @@ class RollingRestart : public ::testing::Test {
     for (Member& m : members_) {
       const std::optional<std::string> page = AdminGet(m.node.admin, "/metrics");
       if (!page) continue;
-      std::printf("  %s metrics: keys sent %lld, lost %lld, received %lld, waits expired %lld, "
-                  "generation %lld, login decisions %lld\n",
-                  m.name.c_str(),
-                  static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_sent_total")),
-                  static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_lost_total")),
-                  static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_received_total")),
-                  static_cast<long long>(MetricSum(*page, "limiter_handoff_waits_expired_total")),
-                  static_cast<long long>(MetricSum(*page, "limiter_membership_generation")),
-                  static_cast<long long>(MetricSum(*page, "limiter_decisions_total")));
+      std::printf(
+          "  %s metrics: keys sent %lld, lost %lld, received %lld, waits expired %lld, "
+          "generation %lld, login decisions %lld\n",
+          m.name.c_str(),
+          static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_sent_total")),
+          static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_lost_total")),
+          static_cast<long long>(MetricSum(*page, "limiter_handoff_keys_received_total")),
+          static_cast<long long>(MetricSum(*page, "limiter_handoff_waits_expired_total")),
+          static_cast<long long>(MetricSum(*page, "limiter_membership_generation")),
+          static_cast<long long>(MetricSum(*page, "limiter_decisions_total")));
     }
   }
 
@@ -463,9 +463,10 @@ TEST_F(RollingRestart, SigtermHandsKeysOverSoNoRestartAddsABurst) {
   }
 
   const int64_t admitted = static_cast<int64_t>(f.worst_total->admitted.size());
-  std::printf("rolling restart (SIGTERM, hand-off): worst key admitted %lld of bound %.1f over "
-              "%.1f s; 3 restarts, 1 added, 1 removed\n",
-              static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds);
+  std::printf(
+      "rolling restart (SIGTERM, hand-off): worst key admitted %lld of bound %.1f over "
+      "%.1f s; 3 restarts, 1 added, 1 removed\n",
+      static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds);
   std::printf("  test took %.1f s\n", Seconds(NowUs() - t0));
   RecordProperty("worst_key_admitted", std::to_string(admitted));
   RecordProperty("worst_key_bound", std::to_string(f.worst_total_bound));
@@ -483,11 +484,12 @@ void RollingRestart::RunWithoutHandoff(Stop how, const char* label, const char* 
   const Figures f = StopLoadAndCheck(kBurst * kRestarts);
   ASSERT_NE(f.worst_total, nullptr);
   const int64_t admitted = static_cast<int64_t>(f.worst_total->admitted.size());
-  std::printf("rolling restart (%s): worst key admitted %lld of bound %.1f over %.1f s "
-              "(%+.0f: %s allows +%lld); 3 restarts\n",
-              label, static_cast<long long>(admitted), f.worst_total_bound,
-              f.worst_total_seconds, static_cast<double>(admitted) - f.worst_total_bound, promise,
-              static_cast<long long>(kBurst * kRestarts));
+  std::printf(
+      "rolling restart (%s): worst key admitted %lld of bound %.1f over %.1f s "
+      "(%+.0f: %s allows +%lld); 3 restarts\n",
+      label, static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds,
+      static_cast<double>(admitted) - f.worst_total_bound, promise,
+      static_cast<long long>(kBurst * kRestarts));
   std::printf("  test took %.1f s\n", Seconds(NowUs() - t0));
   RecordProperty("worst_key_admitted", std::to_string(admitted));
   RecordProperty("worst_key_bound", std::to_string(f.worst_total_bound));
@@ -531,11 +533,11 @@ TEST_F(RollingRestart, TwoNodesLeavingAtOnceBothLeaveAndTheRestServeTheirKeys) {
   const Figures f = StopLoadAndCheck(kBurst);
   ASSERT_NE(f.worst_total, nullptr);
   const int64_t admitted = static_cast<int64_t>(f.worst_total->admitted.size());
-  std::printf("scale-in by two at once (SIGTERM, hand-off): worst key admitted %lld of bound "
-              "%.1f over %.1f s (%+.1f; one burst, +%lld, allowed)\n",
-              static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds,
-              static_cast<double>(admitted) - f.worst_total_bound,
-              static_cast<long long>(kBurst));
+  std::printf(
+      "scale-in by two at once (SIGTERM, hand-off): worst key admitted %lld of bound "
+      "%.1f over %.1f s (%+.1f; one burst, +%lld, allowed)\n",
+      static_cast<long long>(admitted), f.worst_total_bound, f.worst_total_seconds,
+      static_cast<double>(admitted) - f.worst_total_bound, static_cast<long long>(kBurst));
   RecordProperty("worst_key_admitted", std::to_string(admitted));
   RecordProperty("worst_key_bound", std::to_string(f.worst_total_bound));
 }

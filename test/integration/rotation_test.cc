@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "limiter/client/client.h"
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
-#include "limiter/client/client.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
 #include "test/support/wait.h"
@@ -54,11 +54,30 @@ class RotationThenRollingRestart : public ::testing::Test {
   }
 
   RunningNode Start(const std::string& address) {
-    RunningNode n = testing::Launch(
-        {"--listen", address, "--admin", "127.0.0.1:0", "--members", members_, "--self", address,
-         "--policies", policies_, "--threads", "1", "--generation", "1", "--secret-file", secret_,
-         "--peer-secret-file", peer_, "--key-seed-file", seed_, "--secret-reload-ms", "50",
-         "--handoff-deadline-ms", "5000"});
+    RunningNode n = testing::Launch({"--listen",
+                                     address,
+                                     "--admin",
+                                     "127.0.0.1:0",
+                                     "--members",
+                                     members_,
+                                     "--self",
+                                     address,
+                                     "--policies",
+                                     policies_,
+                                     "--threads",
+                                     "1",
+                                     "--generation",
+                                     "1",
+                                     "--secret-file",
+                                     secret_,
+                                     "--peer-secret-file",
+                                     peer_,
+                                     "--key-seed-file",
+                                     seed_,
+                                     "--secret-reload-ms",
+                                     "50",
+                                     "--handoff-deadline-ms",
+                                     "5000"});
     EXPECT_FALSE(n.listen.empty()) << address << " did not start";
     return n;
   }

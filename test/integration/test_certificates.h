@@ -15,7 +15,8 @@ inline bool RunQuietly(const std::string& command) {
 inline bool MakeCa(const std::filesystem::path& dir, const std::string& name) {
   return RunQuietly(
       "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-      "-subj /CN=" + name + " -keyout " + (dir / (name + ".key")).string() + " -out " +
+      "-subj /CN=" +
+      name + " -keyout " + (dir / (name + ".key")).string() + " -out " +
       (dir / (name + ".pem")).string());
 }
 
@@ -24,10 +25,11 @@ inline bool MakeCert(const std::filesystem::path& dir, const std::string& ca,
                      const std::string& name) {
   const std::string base = (dir / name).string();
   const std::string ca_base = (dir / ca).string();
-  return RunQuietly("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" +
-                    name + " -keyout " + base + ".key -out " + base + ".csr") &&
-         RunQuietly("openssl x509 -req -days 2 -in " + base + ".csr -CA " + ca_base + ".pem -CAkey " +
-                    ca_base + ".key -CAcreateserial -out " + base + ".pem");
+  return RunQuietly(
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" +
+             name + " -keyout " + base + ".key -out " + base + ".csr") &&
+         RunQuietly("openssl x509 -req -days 2 -in " + base + ".csr -CA " + ca_base +
+                    ".pem -CAkey " + ca_base + ".key -CAcreateserial -out " + base + ".pem");
 }
 
 }  // namespace limiter::testing

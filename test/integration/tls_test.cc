@@ -2,10 +2,8 @@
 // certificates with the openssl CLI: a client with a certificate from the cluster's CA is
 // served; one without a certificate, one with a certificate from another CA, one that does
 // not trust the node's CA and one speaking plain TCP are all refused.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,13 +12,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
 
+#include "common/subprocess.h"
 #include "protocol/node_access.h"
 #include "protocol/node_connection.h"
 #include "protocol/request_builder.h"
-#include "common/subprocess.h"
 #include "protocol/wire.h"
 #include "test/integration/admin_page.h"
 #include "test/integration/node_process.h"
@@ -32,11 +31,11 @@ namespace limiter {
 namespace {
 
 using testing::AdminMetric;
+using testing::MakeCa;
+using testing::MakeCert;
 using testing::RunningNode;
 using testing::StartNode;
 using testing::WriteTempFile;
-using testing::MakeCa;
-using testing::MakeCert;
 
 namespace fs = std::filesystem;
 
@@ -55,8 +54,7 @@ class Tls : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(made_) << "the openssl CLI could not make the test certificates in " << dir_;
     const std::string secret = WriteTempFile("tls_secret", kSecret + "\n");
-    node_ = StartNode({"--policies",
-                       WriteTempFile("tls_policies.yaml", R"(
+    node_ = StartNode({"--policies", WriteTempFile("tls_policies.yaml", R"(
 policies:
   - {name: api, algorithm: token_bucket, limit: 100, window: 1h, class: contract}
 )"),
@@ -85,8 +83,7 @@ policies:
     Result<std::shared_ptr<asio::ssl::context>> ctx = MakeClientTlsContext(tls);
     if (!ctx) return "context: " + ctx.error();
     access.tls = *ctx;
-    Result<std::unique_ptr<NodeConnection>> c =
-        NodeConnection::Connect(address, 10'000, access);
+    Result<std::unique_ptr<NodeConnection>> c = NodeConnection::Connect(address, 10'000, access);
     if (!c) return c.error();
     RequestBuilder b;
     b.Check(1, "api", "k");
@@ -145,17 +142,35 @@ policies:
   - {name: api, algorithm: token_bucket, limit: 100, window: 1h, class: contract}
 )");
   // One node, CHECKs straight to it (NodeConnection).
-  testing::CtlOutcome o = testing::RunCtl(
-      {"check", "--server", node_.listen, "--policy", "api", "--key", "ctl", "-n", "3",
-       "--secret-file", secret, "--tls-ca", File("ca.pem"), "--tls-cert", File("gateway.pem"),
-       "--tls-key", File("gateway.key"), "--json"});
+  testing::CtlOutcome o =
+      testing::RunCtl({"check", "--server", node_.listen, "--policy", "api", "--key", "ctl", "-n",
+                       "3", "--secret-file", secret, "--tls-ca", File("ca.pem"), "--tls-cert",
+                       File("gateway.pem"), "--tls-key", File("gateway.key"), "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(nlohmann::json::parse(o.out)["allowed"], 3);
   // Through the gateway library (its asio transport), with leases.
-  o = testing::RunCtl({"check", "--cluster", node_.listen, "--policy-file", policies, "--policy",
-                       "api", "--key", "lib", "-n", "150", "--deadline-ms", "5000",
-                       "--secret-file", secret, "--tls-ca", File("ca.pem"), "--tls-cert",
-                       File("gateway.pem"), "--tls-key", File("gateway.key"), "--json"});
+  o = testing::RunCtl({"check",
+                       "--cluster",
+                       node_.listen,
+                       "--policy-file",
+                       policies,
+                       "--policy",
+                       "api",
+                       "--key",
+                       "lib",
+                       "-n",
+                       "150",
+                       "--deadline-ms",
+                       "5000",
+                       "--secret-file",
+                       secret,
+                       "--tls-ca",
+                       File("ca.pem"),
+                       "--tls-cert",
+                       File("gateway.pem"),
+                       "--tls-key",
+                       File("gateway.key"),
+                       "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["allowed"], 100) << o.out;
@@ -196,12 +211,14 @@ bool ClosedByTheNode(int fd) {
 
 TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
   RunningNode slow = StartNode(
-      {"--policies", WriteTempFile("tls_slow_policies.yaml", "policies:\n  - {name: api, "
-                                   "algorithm: token_bucket, limit: 100, window: 1h, class: "
-                                   "contract}\n"),
-       "--threads", "1", "--auth-timeout-ms", "500", "--max-tls-handshakes", "1",
-       "--secret-file", WriteTempFile("tls_slow_secret", kSecret + "\n"), "--tls-cert",
-       File("node.pem"), "--tls-key", File("node.key"), "--tls-client-ca", File("ca.pem")});
+      {"--policies",
+       WriteTempFile("tls_slow_policies.yaml",
+                     "policies:\n  - {name: api, "
+                     "algorithm: token_bucket, limit: 100, window: 1h, class: "
+                     "contract}\n"),
+       "--threads", "1", "--auth-timeout-ms", "500", "--max-tls-handshakes", "1", "--secret-file",
+       WriteTempFile("tls_slow_secret", kSecret + "\n"), "--tls-cert", File("node.pem"),
+       "--tls-key", File("node.key"), "--tls-client-ca", File("ca.pem")});
   ASSERT_FALSE(slow.listen.empty());
   // Silent connections hold no handshake: a client still gets through.
   const int silent = ConnectAndSend(slow.listen, "");
@@ -228,11 +245,11 @@ TEST_F(Tls, StalledHandshakesAreBoundedInNumberAndTime) {
 }
 
 TEST_F(Tls, BadTlsFilesStopTheNodeWithOneMessageNamingThem) {
-  const std::string policies = WriteTempFile(
-      "tls_bad_policies.yaml",
-      "policies:\n  - {name: api, algorithm: token_bucket, limit: 1, window: 1s, class: contract}\n");
-  const std::vector<std::string> base = {"--listen", "127.0.0.1:0", "--admin", "", "--policies",
-                                         policies};
+  const std::string policies = WriteTempFile("tls_bad_policies.yaml",
+                                             "policies:\n  - {name: api, algorithm: token_bucket, "
+                                             "limit: 1, window: 1s, class: contract}\n");
+  const std::vector<std::string> base = {"--listen", "127.0.0.1:0", "--admin",
+                                         "",         "--policies",  policies};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> args = base;
     args.insert(args.end(), more.begin(), more.end());
@@ -244,8 +261,7 @@ TEST_F(Tls, BadTlsFilesStopTheNodeWithOneMessageNamingThem) {
   std::tie(status, out) = with({"--tls-cert", File("node.pem")});
   EXPECT_EQ(status, 1);
   EXPECT_NE(out.find("--tls-key"), std::string::npos) << out;
-  std::tie(status, out) =
-      with({"--tls-cert", File("node.pem"), "--tls-key", File("gateway.key")});
+  std::tie(status, out) = with({"--tls-cert", File("node.pem"), "--tls-key", File("gateway.key")});
   EXPECT_EQ(status, 1);
   EXPECT_NE(out.find("gateway.key"), std::string::npos) << out;
   std::tie(status, out) = with({"--tls-cert", File("node.pem"), "--tls-key", File("node.key"),

@@ -1,10 +1,11 @@
 // ClientCore over simulated time and network, with real Nodes: leases, strict checks,
 // deadlines, nodes going down and coming back, each class's fallback, wrong owners.
+#include "client/client_core.h"
+
 #include <gtest/gtest.h>
 
 #include <optional>
 
-#include "client/client_core.h"
 #include "limiter/client/http.h"
 #include "sim/network.h"
 #include "sim/scheduler.h"
@@ -182,7 +183,7 @@ TEST(ClientCore, ASilentNodeMissesDeadlinesThenIsMarkedDownAndProbedBack) {
   const int64_t start = h.sched().NowUs();
   Decision d = h.Decide({"login", "bob"});
   EXPECT_EQ(d.source, Source::kFallback);
-  EXPECT_TRUE(d.allowed);  // login's local limit: 2 per minute
+  EXPECT_TRUE(d.allowed);                      // login's local limit: 2 per minute
   EXPECT_GE(h.sched().NowUs() - start, 2000);  // it waited for the deadline
   EXPECT_LE(h.sched().NowUs() - start, 2200);
   h.Decide({"login", "carol"});
@@ -230,7 +231,7 @@ TEST(ClientCore, SecurityFallbackIsTheStrictLocalLimitOrDeny) {
   Harness h;
   h.sim_node().refuses = true;
   EXPECT_EQ(h.Admitted({"login", "mallory"}, 10), 2);  // fallback: 2 per minute
-  const Decision d = h.Decide({"otp", "mallory"});      // no local limit: deny
+  const Decision d = h.Decide({"otp", "mallory"});     // no local limit: deny
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.source, Source::kFallback);
   EXPECT_EQ(h.Admitted({"otp", "someone-else"}, 5), 0);
@@ -421,8 +422,10 @@ TEST(Http, RejectionsCarryRetryAfterAndRateLimitFields) {
   const client::HttpRateLimit h = client::RenderHttp(d);
   EXPECT_EQ(h.status, 429);
   ASSERT_EQ(h.headers.size(), 3u);
-  EXPECT_EQ(h.headers[0], std::make_pair(std::string("RateLimit-Policy"), std::string("\"api_key\";q=100;w=1")));
-  EXPECT_EQ(h.headers[1], std::make_pair(std::string("RateLimit"), std::string("\"api_key\";r=0;t=30")));
+  EXPECT_EQ(h.headers[0],
+            std::make_pair(std::string("RateLimit-Policy"), std::string("\"api_key\";q=100;w=1")));
+  EXPECT_EQ(h.headers[1],
+            std::make_pair(std::string("RateLimit"), std::string("\"api_key\";r=0;t=30")));
   EXPECT_EQ(h.headers[2], std::make_pair(std::string("Retry-After"), std::string("2")));
   EXPECT_EQ(h.body, "Too Many Requests: limit 'api_key' is used up; retry in 2 s\n");
   d.allowed = true;

@@ -66,9 +66,8 @@ FleetResult RunFleet(Routing routing, uint64_t seed) {
   ClientCoreOptions options;
   options.gateways = kGateways;
   for (int g = 0; g < kGateways; ++g) {
-    gateways.push_back(
-        std::make_unique<ClientCore>(policies, std::vector<std::string>{"node:1"}, sched,
-                                     network.Gateway(), options));
+    gateways.push_back(std::make_unique<ClientCore>(policies, std::vector<std::string>{"node:1"},
+                                                    sched, network.Gateway(), options));
   }
   std::mt19937_64 rng(seed);
   auto pick = [&]() -> size_t {
@@ -161,9 +160,12 @@ INSTANTIATE_TEST_SUITE_P(Routings, Fleet,
                          ::testing::Values(Routing::kEven, Routing::kSkewed, Routing::kRandom),
                          [](const auto& info) {
                            switch (info.param) {
-                             case Routing::kEven: return "even";
-                             case Routing::kSkewed: return "seventy_percent_to_one";
-                             case Routing::kRandom: return "random";
+                             case Routing::kEven:
+                               return "even";
+                             case Routing::kSkewed:
+                               return "seventy_percent_to_one";
+                             case Routing::kRandom:
+                               return "random";
                            }
                            return "unknown";
                          });

@@ -105,17 +105,16 @@ class HandoffSim : public ::testing::Test {
     for (const auto& [name, admitted] : charged_) {
       const std::string policy = name.substr(0, name.find('/'));
       const Policy* p = cluster_.policies().Find(policy);
-      const double bound =
-          static_cast<double>(p->rate.burst()) +
-          static_cast<double>(p->rate.limit()) * seconds * 1000.0 /
-              static_cast<double>(p->rate.window_ms());
+      const double bound = static_cast<double>(p->rate.burst()) +
+                           static_cast<double>(p->rate.limit()) * seconds * 1000.0 /
+                               static_cast<double>(p->rate.window_ms());
       worst = std::max(worst, admitted - static_cast<int64_t>(bound));
       if (bursts) {
         *bursts = std::max(*bursts, (static_cast<double>(admitted) - bound) /
                                         static_cast<double>(p->rate.burst()));
       }
-      if (admitted > bound) std::printf("%s: %lld over %.0f\n", name.c_str(),
-                                        static_cast<long long>(admitted), bound);
+      if (admitted > bound)
+        std::printf("%s: %lld over %.0f\n", name.c_str(), static_cast<long long>(admitted), bound);
     }
     return worst;
   }

@@ -8,8 +8,8 @@
 
 #include "client/client_core.h"
 #include "common/promise_check.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "sim/network.h"
 #include "sim/scheduler.h"
 #include "test/support/policies.h"
@@ -105,13 +105,12 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
   // Through the split and the merge, no interval admitted more than B + L*t/W.
   ASSERT_GT(hot_admitted_ms.size(), 1000u);
   const WorstWindow worst = FindWorstWindow(UnitAdmissionsAtMs(hot_admitted_ms),
-                                           {1000, 1'000'000, 1000, /*resolution_us=*/0});
+                                            {1000, 1'000'000, 1000, /*resolution_us=*/0});
   EXPECT_FALSE(worst.over) << worst.admitted << " in " << worst.interval_us << " us";
   // And the split kept the key useful: over its 10 hot seconds it got at least 80% of L.
   const int64_t hot_phase_end_ms = (start + 10'000'000) / 1000;
-  const auto in_hot_phase =
-      std::count_if(hot_admitted_ms.begin(), hot_admitted_ms.end(),
-                    [&](int64_t t) { return t < hot_phase_end_ms; });
+  const auto in_hot_phase = std::count_if(hot_admitted_ms.begin(), hot_admitted_ms.end(),
+                                          [&](int64_t t) { return t < hot_phase_end_ms; });
   EXPECT_GE(in_hot_phase, 8'000);
   RecordProperty("split_after_ms", std::to_string((split_seen_at - start) / 1000));
   RecordProperty("admitted_in_hot_phase", std::to_string(in_hot_phase));
@@ -133,7 +132,7 @@ TEST(HotKeys, AHotKeySplitsSpreadsOverTheNodesAndMergesBackWithinItsPromise) {
 // answers; it is not denied.
 struct SplitCase {
   const char* name;
-  const char* mode;  // and its options
+  const char* mode;     // and its options
   int64_t split_above;  // ops/s on the node: a lease op carries many requests
   int64_t merge_below;
   int64_t latency_us = 100;  // each way, gateway to node
@@ -265,13 +264,13 @@ policies:
   RecordProperty("split_waits", std::to_string(total.split_waits));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, SplitNeverErrs,
-    ::testing::Values(SplitCase{"strict", "strict", 1500, 400},
-                      SplitCase{"lease", "lease, lease: {size: 10}", 300, 60},
-                      SplitCase{"strict_slow_links", "strict", 1500, 400, 200},
-                      SplitCase{"lease_slow_links", "lease, lease: {size: 10}", 300, 60, 200}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, SplitNeverErrs,
+                         ::testing::Values(SplitCase{"strict", "strict", 1500, 400},
+                                           SplitCase{"lease", "lease, lease: {size: 10}", 300, 60},
+                                           SplitCase{"strict_slow_links", "strict", 1500, 400, 200},
+                                           SplitCase{"lease_slow_links", "lease, lease: {size: 10}",
+                                                     300, 60, 200}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace limiter

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "protocol/request_builder.h"
-#include "protocol/key_id.h"
 #include "common/promise_check.h"
-#include "protocol/rules.h"
 #include "common/share_allocation.h"
+#include "protocol/key_id.h"
+#include "protocol/request_builder.h"
+#include "protocol/rules.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 #include "test/support/node_harness.h"
@@ -40,10 +40,10 @@ policies:
 
 struct SimRegion {
   std::string name;
-  int64_t skew_ms = 0;  // its wall clock against the simulation's
+  int64_t skew_ms = 0;                         // its wall clock against the simulation's
   std::unique_ptr<testing::NodeHarness> node;  // on its own monotonic clock
-  double rate = 0;     // requests/s its gateways send now
-  double owed = 0;     // fractional arrivals carried to the next millisecond
+  double rate = 0;                             // requests/s its gateways send now
+  double owed = 0;  // fractional arrivals carried to the next millisecond
   int64_t next_tick_wall = 0;
   bool rebalanced = true;  // since the last tick
 };
@@ -117,7 +117,8 @@ class RegionsSim : public ::testing::Test {
           b.Check(1, "partner", "acme");
           const wire::Reply& reply = Send(r, b.Finish());
           b.Clear();
-          if (reply.ops()->Get(0)->allowed()) admitted_.push_back({now_ms_ * 1000, now_ms_ * 1000, 1});
+          if (reply.ops()->Get(0)->allowed())
+            admitted_.push_back({now_ms_ * 1000, now_ms_ * 1000, 1});
         }
       }
       for (auto& [name, r] : regions_) r.node->clock().Advance(1);
@@ -137,7 +138,8 @@ class RegionsSim : public ::testing::Test {
   // The shares the pure function gives for these demands (ap, eu, us order).
   static std::vector<int64_t> Expected(int64_t ap, int64_t eu, int64_t us) {
     const std::vector<int64_t> demands = {ap, eu, us};
-    return AllocateShares(kLimit, demands, 6, ShareQuantum(Algorithm::kGcra, Rate(kLimit, 1000, kBurst)));
+    return AllocateShares(kLimit, demands, 6,
+                          ShareQuantum(Algorithm::kGcra, Rate(kLimit, 1000, kBurst)));
   }
   std::vector<int64_t> Now() { return {Share("ap"), Share("eu"), Share("us")}; }
 
@@ -145,7 +147,6 @@ class RegionsSim : public ::testing::Test {
   void Run(bool exact_timing);
 
  protected:
-
   struct Flight {
     int64_t at_ms;
     std::string to;
@@ -155,7 +156,7 @@ class RegionsSim : public ::testing::Test {
   std::map<std::string, SimRegion> regions_;
   std::deque<Flight> in_flight_;
   std::set<std::string> cut_;
-  const int64_t skew_;  // more for ap's wall clock
+  const int64_t skew_;   // more for ap's wall clock
   int64_t max_sum_ = 0;  // the most the shares in force ever summed to
   int64_t now_ms_ = 0;
   std::vector<Admission> admitted_;
@@ -182,9 +183,7 @@ TEST_F(RegionsSimSkewed, AClockMostOfAnIntervalOffStillKeepsTheFleetWithinTheBou
   Scenario(*this, /*exact_timing=*/false);
 }
 
-void Scenario(RegionsSim& sim, bool exact_timing) {
-  sim.Run(exact_timing);
-}
+void Scenario(RegionsSim& sim, bool exact_timing) { sim.Run(exact_timing); }
 
 void RegionsSim::Run(bool exact_timing) {
   // Shifts every 20 s; each is checked 3 intervals (6 s) after it, and again at its end.
@@ -197,8 +196,8 @@ void RegionsSim::Run(bool exact_timing) {
     SetRates(p.ap, p.eu, p.us);
     const int64_t shift = now_ms_;
     RunTo(shift + 3 * kIntervalMs + 50);
-    const std::vector<int64_t> want =
-        Expected(static_cast<int64_t>(p.ap), static_cast<int64_t>(p.eu), static_cast<int64_t>(p.us));
+    const std::vector<int64_t> want = Expected(
+        static_cast<int64_t>(p.ap), static_cast<int64_t>(p.eu), static_cast<int64_t>(p.us));
     if (i > 0 && exact_timing) {  // the first phase also waits for the regions to hear each other
       EXPECT_EQ(Now(), want) << "phase " << i << ": not converged 3 intervals after the shift";
     }
@@ -229,13 +228,14 @@ void RegionsSim::Run(bool exact_timing) {
   EXPECT_FALSE(worst.over) << worst.admitted << " admitted in "
                            << static_cast<double>(worst.interval_us) / 1e6 << " s over "
                            << worst.allowed;
-  std::printf("regions sim (ap's clock %+lld ms): %.0f simulated s, %zu admitted; shares in force "
-              "summed to at most %lld (L = %lld); the interval closest to B + L*t/W: %lld in "
-              "%.3f s of %.1f allowed (%+.1f)\n",
-              static_cast<long long>(7 + skew_), static_cast<double>(now_ms_) / 1000,
-              admitted_.size(), static_cast<long long>(max_sum_), static_cast<long long>(kLimit),
-              static_cast<long long>(worst.admitted), static_cast<double>(worst.interval_us) / 1e6,
-              worst.allowed, static_cast<double>(worst.admitted) - worst.allowed);
+  std::printf(
+      "regions sim (ap's clock %+lld ms): %.0f simulated s, %zu admitted; shares in force "
+      "summed to at most %lld (L = %lld); the interval closest to B + L*t/W: %lld in "
+      "%.3f s of %.1f allowed (%+.1f)\n",
+      static_cast<long long>(7 + skew_), static_cast<double>(now_ms_) / 1000, admitted_.size(),
+      static_cast<long long>(max_sum_), static_cast<long long>(kLimit),
+      static_cast<long long>(worst.admitted), static_cast<double>(worst.interval_us) / 1e6,
+      worst.allowed, static_cast<double>(worst.admitted) - worst.allowed);
 }
 
 }  // namespace

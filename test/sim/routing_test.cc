@@ -2,6 +2,8 @@
 // forward (a stale node cannot take a gateway back to an old ring), an owner that cannot
 // answer on the retry falls back by class, probes of a returning node spread out, and billing
 // debts are paid back a few at a time.
+#include "client/routing.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "client/routing.h"
 #include "test/sim/sim_cluster.h"
 #include "test/support/node_harness.h"
 

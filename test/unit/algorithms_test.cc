@@ -196,10 +196,17 @@ RandomCase MakeCase(std::mt19937_64& rng) {
   const int n = static_cast<int>(uniform(50, 600));
   for (int i = 0; i < n; ++i) {
     switch (uniform(0, 3)) {  // bursts, steady, long gaps
-      case 0: break;
-      case 1: t += uniform(0, std::max<int64_t>(1, window / limit)); break;
-      case 2: t += uniform(0, window / 3 + 1); break;
-      default: t += uniform(0, 3 * window); break;
+      case 0:
+        break;
+      case 1:
+        t += uniform(0, std::max<int64_t>(1, window / limit));
+        break;
+      case 2:
+        t += uniform(0, window / 3 + 1);
+        break;
+      default:
+        t += uniform(0, 3 * window);
+        break;
     }
     const int64_t cost = uniform(0, 9) == 0 ? uniform(1, burst + 3) : 1;
     c.requests.push_back({t, cost});
@@ -249,7 +256,6 @@ TEST_P(Properties, RemainingRetryAfterAndResetAreExact) {
     }
   }
 }
-
 
 // When IsFresh says so, swapping the state for a fresh one changes no later decision.
 TEST_P(Properties, FreshStatesDecideLikeFreshKeys) {
@@ -320,8 +326,7 @@ TEST_P(Properties, ATimeEarlierThanTheKeysOwnNeverBreaksItsPromise) {
     } else {
       std::vector<Admission> at;
       for (const Request& r : admitted) at.push_back({r.t * 1000, r.t * 1000, r.cost});
-      const WorstWindow worst =
-          FindWorstWindow(at, {c.rate.limit(), w * 1000, c.rate.burst(), 0});
+      const WorstWindow worst = FindWorstWindow(at, {c.rate.limit(), w * 1000, c.rate.burst(), 0});
       ASSERT_FALSE(worst.over) << worst.admitted << " in " << worst.interval_us << " us";
     }
   }

@@ -16,8 +16,8 @@
 
 #include "protocol/handshake.h"
 #include "protocol/request_builder.h"
-#include "protocol/rules.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "protocol/wire.h"
 #include "server/node.h"
 #include "test/support/node_harness.h"
@@ -343,7 +343,9 @@ TEST_F(AuthNodeTest, RotationDropsTheOldSecretOnlyWhenTheNodeIsToldTo) {
   EXPECT_NE(Handshake(kCurrent).find("does not match"), std::string::npos);
   session_ = node_->authenticator().NewSession();
   EXPECT_EQ(Handshake(kNext), "");
-  ASSERT_TRUE(node_->authenticator().SetSecrets(auth::Secrets{}).ok());  // ignored: a node never drops its secret
+  ASSERT_TRUE(node_->authenticator()
+                  .SetSecrets(auth::Secrets{})
+                  .ok());  // ignored: a node never drops its secret
   session_ = node_->authenticator().NewSession();
   EXPECT_FALSE(session_.authenticated);
   EXPECT_EQ(Handshake(kNext), "");
@@ -542,8 +544,7 @@ TEST_F(SubBucketForgeryTest, TheKeysOwnerAcceptsOnlyASplitItHas) {
     EXPECT_EQ(r.status(), wire::Status::SplitChanged);
     EXPECT_FALSE(r.allowed());
     EXPECT_EQ(r.split_k(), 0);
-    EXPECT_NE(r.error()->str().find("it is not split now"), std::string::npos)
-        << r.error()->str();
+    EXPECT_NE(r.error()->str().find("it is not split now"), std::string::npos) << r.error()->str();
   }
   // Bad shapes are refused before that.
   EXPECT_EQ(OnSub("never", 3, 1, {}).status(), wire::Status::BadRequest);

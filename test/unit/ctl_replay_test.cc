@@ -1,14 +1,13 @@
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
-#include "test/support/ctl_runner.h"
 #include "test/support/build_paths.h"
+#include "test/support/ctl_runner.h"
 
 namespace limiter::ctl {
 namespace {
@@ -20,21 +19,21 @@ const std::string kSeed = limiter::testing::SourcePath("examples/traces/seed.csv
 const std::string kPolicies = limiter::testing::SourcePath("examples/policies.yaml");
 
 TEST(CtlReplay, PrintsTheSeedTable) {
-  const Outcome o = RunCtl({"replay", "--trace", kSeed, "--algorithm", "all", "--limit", "10",
-                            "--window", "1000"});
+  const Outcome o = RunCtl(
+      {"replay", "--trace", kSeed, "--algorithm", "all", "--limit", "10", "--window", "1000"});
   ASSERT_EQ(o.status, 0) << o.err;
-  EXPECT_EQ(o.out,
-            "trace:   " + kSeed + "\n"
-            "offered: 80 requests  steady=10  edge=30  overload=40\n"
-            "limit:   10 per 1000 ms, burst 10\n"
-            "\n"
-            "algorithm         steady  edge  overload  total  worst 1s\n"
-            "fixed_window          10    20        20     50        20\n"
-            "sliding_log           10    10        20     40        10\n"
-            "sliding_window        10    11        20     41        11\n"
-            "token_bucket          10    11        29     50        19\n"
-            "gcra                  10    11        29     50        19\n"
-            "leaky_bucket          10    11        29     50        19\n");
+  EXPECT_EQ(o.out, "trace:   " + kSeed +
+                       "\n"
+                       "offered: 80 requests  steady=10  edge=30  overload=40\n"
+                       "limit:   10 per 1000 ms, burst 10\n"
+                       "\n"
+                       "algorithm         steady  edge  overload  total  worst 1s\n"
+                       "fixed_window          10    20        20     50        20\n"
+                       "sliding_log           10    10        20     40        10\n"
+                       "sliding_window        10    11        20     41        11\n"
+                       "token_bucket          10    11        29     50        19\n"
+                       "gcra                  10    11        29     50        19\n"
+                       "leaky_bucket          10    11        29     50        19\n");
 }
 
 TEST(CtlReplay, JsonHasOneObjectPerAlgorithm) {
@@ -65,8 +64,8 @@ TEST(CtlReplay, JsonHasOneObjectPerAlgorithm) {
 }
 
 TEST(CtlReplay, TakesTheRateFromAPolicy) {
-  const Outcome o = RunCtl({"replay", "--trace", kSeed, "--policy-file", kPolicies, "--policy",
-                            "api_key", "--json"});
+  const Outcome o = RunCtl(
+      {"replay", "--trace", kSeed, "--policy-file", kPolicies, "--policy", "api_key", "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["algorithm"], "token_bucket");
@@ -76,8 +75,8 @@ TEST(CtlReplay, TakesTheRateFromAPolicy) {
 }
 
 TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
-  Outcome o = RunCtl({"replay", "--trace", kSeed, "--algorithm", "nope", "--limit", "10",
-                      "--window", "1000"});
+  Outcome o = RunCtl(
+      {"replay", "--trace", kSeed, "--algorithm", "nope", "--limit", "10", "--window", "1000"});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err,
             "limiterctl replay: --algorithm: unknown algorithm 'nope' (known: fixed_window, "
@@ -93,8 +92,8 @@ TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err, "limiterctl replay: limit must be a positive integer, got 0\n");
 
-  o = RunCtl({"replay", "--trace", kSeed, "--algorithm", "gcra", "--limit", "5", "--window",
-              "soon"});
+  o = RunCtl(
+      {"replay", "--trace", kSeed, "--algorithm", "gcra", "--limit", "5", "--window", "soon"});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err,
             "limiterctl replay: --window: expected milliseconds or a duration like 1s, got "
@@ -116,7 +115,8 @@ TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(o.err, "limiterctl replay: /nonexistent.csv: cannot open the trace file\n");
 
-  const std::string bad = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_trace.csv";
+  const std::string bad =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_trace.csv";
   std::ofstream(bad) << "t_ms,key,cost,label\n5,a\n4,a\n";
   o = RunCtl({"replay", "--trace", bad, "--algorithm", "gcra", "--limit", "5", "--window", "1s"});
   EXPECT_EQ(o.status, 1);
@@ -124,14 +124,16 @@ TEST(CtlReplay, BadUsageAndBadInputGetClearErrors) {
             "limiterctl replay: " + bad +
                 ":3: t_ms 4 is earlier than the previous row's 5 (t_ms must be non-decreasing)\n");
 
-  const std::string bad_policy = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_policies.yaml";
+  const std::string bad_policy =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_bad_policies.yaml";
   std::ofstream(bad_policy) << "policies:\n  - {name: a, limit: -1, window: 1s, class: contract}\n";
   o = RunCtl({"replay", "--trace", kSeed, "--policy-file", bad_policy, "--policy", "a"});
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(o.err, "limiterctl replay: " + bad_policy +
                        ":2:22: policy 'a', field 'limit': must be a positive integer, got -1\n");
 
-  const std::string empty = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_empty_trace.csv";
+  const std::string empty =
+      ::testing::TempDir() + "/" + std::to_string(::getpid()) + "_empty_trace.csv";
   std::ofstream(empty) << "t_ms,key\n";
   o = RunCtl({"replay", "--trace", empty, "--algorithm", "gcra", "--limit", "5", "--window", "1s"});
   EXPECT_EQ(o.status, 1);

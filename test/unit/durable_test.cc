@@ -9,14 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "protocol/request_builder.h"
 #include "common/calendar.h"
+#include "protocol/request_builder.h"
 #include "protocol/wire.h"
 #include "server/durable_record.h"
 #include "server/durable_store.h"
@@ -190,7 +190,8 @@ TEST_F(DurableTest, StatesAreExactlyAsBeforeForOneHundredThousandKeys) {
       const wire::Reply& r = Send(b);
       EXPECT_NE(r.ops(), nullptr);
       if (r.ops() == nullptr) return remaining;
-      for (const wire::OpReply* op : *r.ops()) remaining.push_back(op->results()->Get(0)->remaining());
+      for (const wire::OpReply* op : *r.ops())
+        remaining.push_back(op->results()->Get(0)->remaining());
     }
     return remaining;
   };
@@ -275,7 +276,8 @@ TEST_F(DurableTest, DurablePoliciesNeedADataDir) {
   EXPECT_NE(store.error().find("policy 'window' is durable: give --data-dir"), std::string::npos)
       << store.error();
   const PolicySet memory = testing::Policies(
-      "policies:\n  - {name: m, algorithm: gcra, limit: 1, window: 1s, class: contract}\n", "m.yaml");
+      "policies:\n  - {name: m, algorithm: gcra, limit: 1, window: 1s, class: contract}\n",
+      "m.yaml");
   Result<std::unique_ptr<DurableStore>> nothing = OpenDurableStore(memory, *clock_, none);
   ASSERT_TRUE(nothing.ok());
   EXPECT_EQ(nothing->get(), nullptr);
@@ -349,10 +351,12 @@ TEST_F(DurableTest, AnUnreadableRecordIsAnErrorReplyForItsKeyOnly) {
     ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_, &db).ok());
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
     std::vector<std::string> keys;
-    for (it->Seek("k"); it->Valid() && it->key()[0] == 'k'; it->Next()) keys.push_back(it->key().ToString());
+    for (it->Seek("k"); it->Valid() && it->key()[0] == 'k'; it->Next())
+      keys.push_back(it->key().ToString());
     it.reset();
     ASSERT_EQ(keys.size(), 2u);
-    for (const std::string& k : keys) ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), k, "\x07junk").ok());
+    for (const std::string& k : keys)
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), k, "\x07junk").ok());
     delete db;
   }
   Start();
@@ -486,8 +490,8 @@ class DurableHandoffTest : public ::testing::Test {
     o.name = o.self = name;
     o.members = {"a:1", "b:1"};
     o.generation = 1;
-    m.node = std::make_unique<testing::NodeHarness>(policies_, *m.clock, o,
-                                                    std::move(store).value());
+    m.node =
+        std::make_unique<testing::NodeHarness>(policies_, *m.clock, o, std::move(store).value());
   }
   Node& node(const std::string& name) { return members_.at(name).node->node(); }
   const wire::OpReply& Op(const std::string& to, RequestBuilder& b) {
@@ -550,10 +554,12 @@ TEST_F(DurableHandoffTest, KeysOnDiskOnlyAreHandedOverWhenTheNodeLeaves) {
 TEST(DurableRecordTest, ARecordOfACalendarPolicyThatIsNoLongerOneIsDropped) {
   const PolicySet calendar = testing::Policies(
       "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, align: calendar, "
-      "class: billing, durable: true}\n", "a.yaml");
+      "class: billing, durable: true}\n",
+      "a.yaml");
   const PolicySet plain = testing::Policies(
       "policies:\n  - {name: q, algorithm: fixed_window, limit: 3, window: 1d, class: billing, "
-      "durable: true}\n", "b.yaml");
+      "durable: true}\n",
+      "b.yaml");
   ASSERT_FALSE(calendar.policies().empty() || plain.policies().empty());
   const Policy& c = calendar.policies().front();
   const Policy& p = plain.policies().front();
@@ -577,7 +583,8 @@ TEST(DurableRecordTest, AStateAheadOfTheWritersClockComesBackWhole) {
   // the write's offsets start from the state's own time, never positive.
   const PolicySet ps = testing::Policies(
       "policies:\n  - {name: b, algorithm: token_bucket, limit: 100, window: 1h, burst: 5, "
-      "class: contract, durable: true}\n", "c.yaml");
+      "class: contract, durable: true}\n",
+      "c.yaml");
   ASSERT_FALSE(ps.policies().empty());
   const Policy& p = ps.policies().front();
   KeyLimiter state(p.algorithm);
@@ -599,7 +606,8 @@ TEST(DurableRecordTest, AnyBytesDecodeOrFailWithoutACrash) {
   std::mt19937_64 rng(seed);
   const PolicySet ps = testing::Policies(
       "policies:\n  - {name: b, algorithm: sliding_log, limit: 50, window: 1h, class: contract, "
-      "durable: true}\n", "d.yaml");
+      "durable: true}\n",
+      "d.yaml");
   ASSERT_FALSE(ps.policies().empty());
   const Policy& p = ps.policies().front();
   KeyLimiter state(p.algorithm);

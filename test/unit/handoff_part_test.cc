@@ -328,7 +328,8 @@ TEST_F(HandoffPartTest, ABatchUnderAnotherPolicyFileOrKeySeedIsRefusedAndItsKeys
 policies:
   - {name: login, algorithm: token_bucket, limit: 11, window: 1m, class: security, mode: strict}
   - {name: day, algorithm: fixed_window, limit: 50, window: 1h, class: contract}
-)", "handoff.yaml");
+)",
+                                              "handoff.yaml");
   Side& a = Add("a:1", both, 1'000, &changed);
   Side& b = Add("b:1", both, 2'000);
   ASSERT_NE(a.table.digest(), b.table.digest());

@@ -243,12 +243,12 @@ TEST_F(Cluster, BatchesFromAnotherPolicyFileOrWithBadRecordsAreRefusedAndCounted
       const wire::KeyRecord* k = h->keys()->Get(i);
       std::vector<int64_t> state(k->state()->begin(), k->state()->end());
       if (corrupt_first && i == 0) state[0] = -7;  // tokens below zero
-      keys.push_back(wire::CreateKeyRecord(fbb, k->id_lo(), k->id_hi(), k->policy(),
-                                           fbb.CreateVector(state)));
+      keys.push_back(
+          wire::CreateKeyRecord(fbb, k->id_lo(), k->id_hi(), k->policy(), fbb.CreateVector(state)));
     }
-    const auto handoff = wire::CreateHandoff(fbb, fbb.CreateString("a:1"), 2, policies,
-                                             h->key_seed(), h->now_ms(), fbb.CreateVector(keys),
-                                             0, true);
+    const auto handoff =
+        wire::CreateHandoff(fbb, fbb.CreateString("a:1"), 2, policies, h->key_seed(), h->now_ms(),
+                            fbb.CreateVector(keys), 0, true);
     const std::span<const uint8_t> body =
         FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, handoff));
     return std::vector<uint8_t>(body.begin(), body.end());
@@ -277,12 +277,13 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   auto members_op = [&](std::vector<std::string> members, uint64_t generation) {
     flatbuffers::FlatBufferBuilder fbb;
     const auto list = fbb.CreateVectorOfStrings(members);
-    const wire::Reply& r = Send(
-        "a:1", FinishPeerRequest(fbb, wire::OpType::Members, wire::CreatePeer(fbb, list, generation)));
+    const wire::Reply& r = Send("a:1", FinishPeerRequest(fbb, wire::OpType::Members,
+                                                         wire::CreatePeer(fbb, list, generation)));
     const wire::OpReply* o = r.ops()->Get(0);
     return std::make_pair(o->status(), o->error() ? o->error()->str() : std::string());
   };
-  EXPECT_EQ(members_op({"b:1", "c:1"}, 5).second, "members: this node (a:1) is not in the member list");
+  EXPECT_EQ(members_op({"b:1", "c:1"}, 5).second,
+            "members: this node (a:1) is not in the member list");
   EXPECT_NE(members_op({"a:1", ""}, 5).second.find("members[1]"), std::string::npos);
   EXPECT_NE(members_op({"a:1"}, UINT64_MAX).second.find("ahead of this node's clock"),
             std::string::npos);
@@ -292,7 +293,8 @@ TEST_F(Cluster, MemberListsThatCannotBeAdoptedAreRefusedWithTheReason) {
   EXPECT_EQ(members_op({"a:1", "c:1"}, 7).first, wire::Status::Ok);
   EXPECT_EQ(node("a:1").membership()->generation, 7u);
   // What was announced corrects a lagging DNS answer: b left, c came.
-  EXPECT_EQ(node("a:1").ownership().WithAnnounced({"a:1", "b:1"}), (std::vector<std::string>{"a:1", "c:1"}));
+  EXPECT_EQ(node("a:1").ownership().WithAnnounced({"a:1", "b:1"}),
+            (std::vector<std::string>{"a:1", "c:1"}));
 }
 
 }  // namespace
@@ -310,7 +312,8 @@ TEST(KeyIds, TheIdsMadeInASlotAreThePlainOnesAndCarryTheirRoutingSlot) {
 policies:
   - {name: tenant, algorithm: gcra, limit: 100, window: 1s, class: contract}
   - {name: key, algorithm: gcra, limit: 10, window: 1s, class: contract, parent: tenant}
-)", "nested.yaml");
+)",
+                                             "nested.yaml");
   ASSERT_FALSE(p.policies().empty() || nested.policies().empty());
   const Policy& plain = p.policies()[0];
   const Policy& tenant = nested.policies()[0];
@@ -323,7 +326,8 @@ policies:
     const KeyId b = protocol::LimitId(child, k, t);
     EXPECT_EQ(b, protocol::LimitIdInSlot(child, k, t, Ring::SlotOf(t)));
     EXPECT_EQ(RingSlotOf(b), Ring::SlotOf(t));
-    EXPECT_EQ(protocol::AncestorId(tenant, t), protocol::AncestorIdInSlot(tenant, t, Ring::SlotOf(t)));
+    EXPECT_EQ(protocol::AncestorId(tenant, t),
+              protocol::AncestorIdInSlot(tenant, t, Ring::SlotOf(t)));
     const uint16_t index = static_cast<uint16_t>(i % 4);
     const KeyId s = protocol::SubBucketId(plain, k, 77, index);
     EXPECT_EQ(RingSlotOf(s), Ring::SlotOf(protocol::SubBucketRoutingKey(k, index)));

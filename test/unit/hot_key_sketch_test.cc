@@ -1,3 +1,5 @@
+#include "common/hot_key_sketch.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -5,7 +7,6 @@
 #include <map>
 #include <random>
 
-#include "common/hot_key_sketch.h"
 #include "test/unit/test_seed.h"
 
 namespace limiter {

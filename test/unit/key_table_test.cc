@@ -54,9 +54,15 @@ KeyId RandomId(std::mt19937_64& rng, bool clustered) {
   if (clustered) {
     const uint64_t low_bits = id.lo & 0xff;
     switch (id.lo >> 62) {
-      case 0: id.lo = UINT64_MAX - low_bits; break;
-      case 1: id.lo = low_bits; break;
-      default: id.lo = (uint64_t{1} << 63) + low_bits; break;
+      case 0:
+        id.lo = UINT64_MAX - low_bits;
+        break;
+      case 1:
+        id.lo = low_bits;
+        break;
+      default:
+        id.lo = (uint64_t{1} << 63) + low_bits;
+        break;
     }
   }
   id.hi = rng() | 1;  // never all zero

@@ -249,11 +249,10 @@ TEST(LeaseBook, KeepsAtMostItsBoundOfRecordsAndForgetsLapsedOnes) {
   EXPECT_FALSE(book.Claim(1, 100, 1, 1, 100).ok());  // forgotten: its unit lapses
   EXPECT_TRUE(book.Claim(oldest, 100, 1, 1, 100).ok());
   // A claim far above any lease is refused before anything is multiplied.
-  const Result<int64_t> huge =
-      book.Claim(oldest, 100, kMaxCost, int64_t{400} * 86'400'000, 100);
+  const Result<int64_t> huge = book.Claim(oldest, 100, kMaxCost, int64_t{400} * 86'400'000, 100);
   ASSERT_FALSE(huge.ok());
-  EXPECT_EQ(huge.error(), "returns 1000000000 units of lease " + std::to_string(oldest) +
-                              ", which granted 1");
+  EXPECT_EQ(huge.error(),
+            "returns 1000000000 units of lease " + std::to_string(oldest) + ", which granted 1");
   EXPECT_FALSE(book.Expire(1100));
   EXPECT_TRUE(book.Expire(1101));
   // A grant drops what has lapsed before it.

@@ -1,8 +1,8 @@
+#include "common/member_list.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
-#include "common/member_list.h"
 
 namespace limiter {
 namespace {

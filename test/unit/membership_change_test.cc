@@ -226,8 +226,8 @@ TEST_F(MemberChanges, ChangesThatCannotBeAppliedAreRefusedWithTheReason) {
     flatbuffers::FlatBufferBuilder fbb;
     const auto b = fbb.CreateString("b:1");
     const auto c = fbb.CreateString("c:1");
-    const wire::Reply& r = Send("a:1", FinishPeerRequest(fbb, wire::OpType::Members,
-                                                         wire::CreatePeer(fbb, 0, 5, 0, b, c)));
+    const wire::Reply& r = Send(
+        "a:1", FinishPeerRequest(fbb, wire::OpType::Members, wire::CreatePeer(fbb, 0, 5, 0, b, c)));
     EXPECT_NE(r.ops()->Get(0)->error()->str().find("not several"), std::string::npos);
   }
   EXPECT_EQ(ListOf("a:1"), (std::vector<std::string>{"a:1", "b:1"}));

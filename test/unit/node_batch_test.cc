@@ -103,8 +103,7 @@ std::optional<Named> AddRandomOp(std::mt19937_64& rng, uint64_t id, RequestBuild
         b->Inspect(id, policy, key, tenant);
         break;
       case 3: {
-        const std::pair<std::string_view, std::string_view> limits[] = {{"ip", key},
-                                                                          {"user", key}};
+        const std::pair<std::string_view, std::string_view> limits[] = {{"ip", key}, {"user", key}};
         b->CheckMany(id, limits, {}, 1);
         break;
       }
@@ -198,8 +197,7 @@ TEST(NodeBatchTest, WorkersAddingKeysTogetherEachGetTheirOwn) {
         RequestBuilder b;
         for (int k = 0; k < kKeysPerFrame; ++k) {
           // Each key twice in a row: the second check finds the slot the first made.
-          const std::string key =
-              std::to_string(t) + "-" + std::to_string(f * kKeysPerFrame + k);
+          const std::string key = std::to_string(t) + "-" + std::to_string(f * kKeysPerFrame + k);
           b.Check(1, "ip", key);
           b.Check(2, "ip", key);
         }
@@ -235,7 +233,8 @@ TEST(NodeBatchTest, EachOpGetsThePolicyItNamesWhateverTheOpBeforeIt) {
 policies:
   - {name: aaaa, algorithm: fixed_window, limit: 1, window: 1h, class: contract}
   - {name: aaab, algorithm: fixed_window, limit: 100, window: 1h, class: contract}
-)", "names.yaml");
+)",
+                                               "names.yaml");
   ManualClock clock(1'000'000);
   Side side(policies, clock);
   RequestBuilder b;

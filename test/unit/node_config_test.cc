@@ -121,8 +121,10 @@ TEST_F(NodeConfigFile, EveryDurationAndSizeIsHeldToItsRange) {
        "field 'max_preauth_per_source': must be between 1 and 10000000, got -1"},
       {"max_tls_handshakes_per_source: 0",
        "field 'max_tls_handshakes_per_source': must be between 1 and 1000000, got 0"},
-      {"reply_budget: 1000", "field 'reply_budget': must be between 1048576 and 68719476736, got 1000"},
-      {"max_frame: 99999999999", "field 'max_frame': must be between 1024 and 67108864, got 99999999999"},
+      {"reply_budget: 1000",
+       "field 'reply_budget': must be between 1048576 and 68719476736, got 1000"},
+      {"max_frame: 99999999999",
+       "field 'max_frame': must be between 1024 and 67108864, got 99999999999"},
       {"region_max_keys: 0", "field 'region_max_keys': must be between 1 and 100000000, got 0"},
       {"hot_keys: {sketch: 0}", "field 'hot_keys.sketch': must be between 1 and 65536, got 0"},
       {"generation: -3", "field 'generation': must be between 0 and 9223372036854775807, got -3"},
@@ -184,8 +186,9 @@ TEST_F(NodeConfigFile, ReadsTheRegionsAndNamesWhatIsWrongWithThem) {
   EXPECT_NE(c.error().find("unknown field"), std::string::npos) << c.error();
   c = Load("region_floor: 2\n");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), file + ":1:15: field 'region_floor': expected a share of the limit "
-                              "between 0 and 1, got '2'");
+  EXPECT_EQ(c.error(), file +
+                           ":1:15: field 'region_floor': expected a share of the limit "
+                           "between 0 and 1, got '2'");
 }
 
 }  // namespace

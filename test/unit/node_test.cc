@@ -1,3 +1,5 @@
+#include "server/node.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,7 +10,6 @@
 #include "protocol/request_builder.h"
 #include "protocol/ring.h"
 #include "protocol/wire.h"
-#include "server/node.h"
 #include "test/support/node_harness.h"
 
 namespace limiter {
@@ -89,7 +90,8 @@ TEST_F(NodeTest, NestedLimitsChargeTheTenantToo) {
 
 TEST_F(NodeTest, AMultiLimitCheckChargesAllOrNone) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(node_.Check("user", "u1"));
-  const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "1.2.3.4"}, {"user", "u1"}};
+  const std::pair<std::string_view, std::string_view> limits[] = {{"ip", "1.2.3.4"},
+                                                                  {"user", "u1"}};
   RequestBuilder b;
   b.CheckMany(7, limits, "", 1);
   const wire::OpReply& r = node_.One(b);
@@ -214,9 +216,9 @@ TEST_F(NodeTest, BadOpsGetErrorRepliesAndTheRestOfTheFrameIsServed) {
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
             "policy 'ip' is mode: strict; it takes CHECK, not LEASE");
   b.Return(1, "leased", "k", "", 1, clock_.NowMs() + 1, 77);
-  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
-            "leased_at_ms " + std::to_string(clock_.NowMs() + 1) +
-                " is not a time this node granted a lease");
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "leased_at_ms " +
+                                                      std::to_string(clock_.NowMs() + 1) +
+                                                      " is not a time this node granted a lease");
   b.Return(1, "leased", "k", "", 1, clock_.NowMs(), 0);
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
             "RETURN needs the lease_id of the LEASE its units came from");
@@ -233,8 +235,7 @@ TEST_F(NodeTest, BadOpsGetErrorRepliesAndTheRestOfTheFrameIsServed) {
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "limits[1] repeats an earlier limit");
   std::vector<std::pair<std::string_view, std::string_view>> many(17, {"ip", "x"});
   b.CheckMany(1, many, "", 1);
-  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest),
-            "the op names 17 limits; at most 16 are allowed");
+  EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "the op names 17 limits; at most 16 are allowed");
   b.CheckMany(1, {}, "", 1);
   EXPECT_EQ(ErrorOf(b, wire::Status::BadRequest), "the op names no limit");
 
@@ -528,7 +529,7 @@ TEST_F(HotNodeTest, ACooledKeyMergesBackDrained) {
   EXPECT_EQ(merging.status(), wire::Status::Split);
   EXPECT_EQ(merging.split_valid_ms(), 1000);  // what is left of the last view, no more
   b.Split(1, "api", "hot", 0);
-  EXPECT_EQ(Op(b).split_valid_ms(), 1000);    // renewals no longer extend it
+  EXPECT_EQ(Op(b).split_valid_ms(), 1000);  // renewals no longer extend it
   // Between the last view's end and the reopening, clients wait.
   clock_.Advance(1200);
   b.Check(1, "api", "hot");

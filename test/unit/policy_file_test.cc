@@ -1,9 +1,10 @@
+#include "common/policy_file.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "common/calendar.h"
-#include "common/policy_file.h"
 #include "test/support/build_paths.h"
 
 namespace limiter {
@@ -225,8 +226,9 @@ TEST(PolicyFile, UnknownParent) {
 }
 
 TEST(PolicyFile, MoreBadFiles) {
-  EXPECT_EQ(ErrorOf(""), "policies.yaml: field 'policies': missing: the file must hold a "
-                         "'policies' list");
+  EXPECT_EQ(ErrorOf(""),
+            "policies.yaml: field 'policies': missing: the file must hold a "
+            "'policies' list");
   EXPECT_EQ(ErrorOf("policies: []\n"), "policies.yaml:1:11: field 'policies': the list is empty");
   EXPECT_EQ(ErrorOf("policies:\n  - {name: a, window: 1s, class: contract}\n"),
             "policies.yaml:2:5: policy 'a', field 'limit': missing (it is required)");

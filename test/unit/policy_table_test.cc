@@ -83,7 +83,8 @@ TEST(PolicyTable, ParentMarksThePoliciesOthersNestUnder) {
   const PolicySet plain = testing::Policies(R"(
 policies:
   - {name: api, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)", "table.yaml");
+)",
+                                            "table.yaml");
   EXPECT_FALSE(PolicyTable(plain, true, true).calendars());
   EXPECT_FALSE(PolicyTable(plain, true, true).parent(0));
 }
@@ -122,12 +123,14 @@ TEST(PolicyTable, TheOrderOfThePoliciesIsPartOfTheDigest) {
 policies:
   - {name: a, algorithm: gcra, limit: 100, window: 1s, class: contract}
   - {name: b, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)", "table.yaml");
+)",
+                                         "table.yaml");
   const PolicySet ba = testing::Policies(R"(
 policies:
   - {name: b, algorithm: gcra, limit: 100, window: 1s, class: contract}
   - {name: a, algorithm: gcra, limit: 100, window: 1s, class: contract}
-)", "table.yaml");
+)",
+                                         "table.yaml");
   EXPECT_NE(PolicyTable(ab, false, false).digest(), PolicyTable(ba, false, false).digest());
 }
 

@@ -3,8 +3,6 @@
 // or a region cut off (which keeps its last share, never more); Check names the field it
 // refuses; regions of one deployment share their settings and any difference shows; and
 // threads using keys while reports arrive and shares move leave the shares within L.
-#include "server/region_shares.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "common/share_allocation.h"
+#include "server/region_shares.h"
 #include "test/unit/region_shares_harness.h"
 #include "test/unit/test_seed.h"
 
@@ -417,7 +416,6 @@ TEST(RegionSharesThreads, UsesWhileReportsArriveAndSharesMoveStayWithinTheLimit)
     EXPECT_EQ(static_cast<int64_t>(s.Top(1'000'000).size()), s.counters().keys.load()) << n;
   }
 }
-
 
 }  // namespace
 }  // namespace limiter::regions_test

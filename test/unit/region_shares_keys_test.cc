@@ -3,8 +3,6 @@
 // state to the share in force without raising what it may admit; a key handed over keeps its
 // share; ViewOf and Top say what was received; Reports sends each key to its owner there, at
 // most 4096 keys a frame.
-#include "server/region_shares.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "common/share_allocation.h"
+#include "server/region_shares.h"
 #include "test/unit/region_shares_harness.h"
 #include "test/unit/test_seed.h"
 

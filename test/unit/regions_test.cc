@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "protocol/request_builder.h"
 #include "protocol/key_id.h"
+#include "protocol/request_builder.h"
 #include "protocol/rules.h"
 #include "protocol/wire.h"
 #include "server/node.h"
@@ -177,8 +177,7 @@ TEST_F(Regions, ARegionCutOffKeepsItsLastShareNeverMore) {
   ASSERT_EQ(Share("ap", "acme"), 10);
   // ap is cut off, and its demand jumps: it must not raise its share; nor may the others
   // take more than their last shares while they cannot hear it.
-  const std::vector<int> cut =
-      Drive({{"us", 1000}, {"eu", 50}, {"ap", 1000}}, 30, "acme", {"ap"});
+  const std::vector<int> cut = Drive({{"us", 1000}, {"eu", 50}, {"ap", 1000}}, 30, "acme", {"ap"});
   EXPECT_EQ(Share("ap", "acme"), 10);
   EXPECT_LE(Share("us", "acme"), 60);
   for (size_t s = 0; s < cut.size(); ++s) EXPECT_LE(cut[s], 120 + 12) << "second " << s;
@@ -223,11 +222,12 @@ TEST_F(Regions, ReportsFromStrangersOrAnotherPolicyFileAreRefusedWithTheReason) 
   const uint64_t settings = node("us").regions()->settings();
   const auto report = [&](const std::string& region, uint64_t digest, uint64_t with = 0) {
     flatbuffers::FlatBufferBuilder fbb;
-    const auto r = wire::CreateRegionReport(fbb, fbb.CreateString(region),
-                                            fbb.CreateString("x:1"), digest, KeyIdSeedDigest(),
-                                            0, 0, with == 0 ? settings : with);
-    const wire::Reply& reply = Send("us", FinishPeerRequest(fbb, wire::OpType::Regions,
-                                                            wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+    const auto r =
+        wire::CreateRegionReport(fbb, fbb.CreateString(region), fbb.CreateString("x:1"), digest,
+                                 KeyIdSeedDigest(), 0, 0, with == 0 ? settings : with);
+    const wire::Reply& reply = Send(
+        "us",
+        FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
     const wire::OpReply* op = reply.ops()->Get(0);
     return op->error() ? op->error()->str() : std::string();
   };
@@ -271,12 +271,14 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
     nodes[name] = &h->node();
     clocks[name] = &h->clock();
   }
-  const auto send = [&](const std::string& to, std::span<const uint8_t> body) -> const wire::Reply& {
+  const auto send = [&](const std::string& to,
+                        std::span<const uint8_t> body) -> const wire::Reply& {
     return harnesses.at(to)->Send(body);
   };
   std::string key;
   for (int i = 0; key.empty(); ++i) {
-    if (nodes["a:1"]->membership()->ring.Owner("k" + std::to_string(i)) == "a:1") key = "k" + std::to_string(i);
+    if (nodes["a:1"]->membership()->ring.Owner("k" + std::to_string(i)) == "a:1")
+      key = "k" + std::to_string(i);
   }
   const KeyId id = protocol::LimitId(*policies.Find("partner"), key, {});
   const auto heartbeat = [&] {  // eu says its link is up (no traffic of its own)
@@ -285,7 +287,8 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
     const auto r = wire::CreateRegionReport(
         fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_table().digest(),
         KeyIdSeedDigest(), 0, Ring(both).version(), nodes["a:1"]->regions()->settings());
-    send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+    send("a:1",
+         FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
   };
   RequestBuilder b;
   for (int tick = 0; tick < 3; ++tick) {  // demand of 200/s on a; eu wants nothing
@@ -307,17 +310,20 @@ TEST(RegionsHandoff, AKeyHandedToAnotherNodeOfItsRegionKeepsItsShare) {
     const auto r = wire::CreateRegionReport(
         fbb, fbb.CreateString("eu"), fbb.CreateString("e:1"), nodes["a:1"]->policy_table().digest(),
         KeyIdSeedDigest(), 0, Ring({"a:1"}).version(), nodes["a:1"]->regions()->settings());
-    const wire::Reply& reply = send("a:1", FinishPeerRequest(fbb, wire::OpType::Regions,
-                                                             wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
+    const wire::Reply& reply = send(
+        "a:1",
+        FinishPeerRequest(fbb, wire::OpType::Regions, wire::CreatePeer(fbb, 0, 0, 0, 0, 0, r)));
     EXPECT_NE(reply.ops()->Get(0)->error()->str().find("routed by another list"),
               std::string::npos);
   }
-  const int64_t share = nodes["a:1"]->regions()->ViewOf(0, &id, clocks["a:1"]->NowMs()).front().share;
+  const int64_t share =
+      nodes["a:1"]->regions()->ViewOf(0, &id, clocks["a:1"]->NowMs()).front().share;
   EXPECT_EQ(share, 110);  // 120 less eu's floor (L / B = 10)
   // a leaves; b takes its keys.
   ASSERT_TRUE(nodes["b:1"]->ownership().SetMembers({"b:1"}, 2).ok());
   nodes["a:1"]->Leave(2);
-  const Handoff::Sink sink = [&](const std::string& member, std::span<const uint8_t> frame) -> int64_t {
+  const Handoff::Sink sink = [&](const std::string& member,
+                                 std::span<const uint8_t> frame) -> int64_t {
     const wire::Reply& r = send(member, frame);
     return r.ops()->Get(0)->status() == wire::Status::Ok ? r.ops()->Get(0)->granted() : -1;
   };
@@ -359,8 +365,9 @@ TEST(RegionOptionsCheck, EachMistakeIsNamed) {
   o.floor = 0.05;
   // 120/s with B = 12 holds shares of at least 10: 12 regions at most.
   for (int i = 0; i < 10; ++i) o.others.push_back({"x" + std::to_string(i), {"x:1"}, ""});
-  EXPECT_EQ(error(o), "policy 'partner': a global limit of 120 cannot give each of 13 regions "
-                      "its smallest share (10: limit / burst)");
+  EXPECT_EQ(error(o),
+            "policy 'partner': a global limit of 120 cannot give each of 13 regions "
+            "its smallest share (10: limit / burst)");
   for (int i = 0; i < 60; ++i) o.others.push_back({"y" + std::to_string(i), {"y:1"}, ""});
   EXPECT_EQ(error(o), "regions: at most 64 regions, got 73");
 }

@@ -1,8 +1,9 @@
+#include "common/replay.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "common/replay.h"
 #include "test/support/build_paths.h"
 #include "test/support/policies.h"
 
@@ -10,8 +11,7 @@ namespace limiter {
 namespace {
 
 std::vector<TraceRow> SeedTrace() {
-  Result<std::vector<TraceRow>> r =
-      LoadTraceFile(testing::SourcePath("examples/traces/seed.csv"));
+  Result<std::vector<TraceRow>> r = LoadTraceFile(testing::SourcePath("examples/traces/seed.csv"));
   EXPECT_TRUE(r.ok()) << r.error();
   return r.ok() ? std::move(r).value() : std::vector<TraceRow>{};
 }
@@ -34,9 +34,12 @@ TEST(Replay, ReproducesTheSeedTable) {
   ASSERT_EQ(trace.size(), 80u);
   const Rate rate(10, 1000, 10);
   const Expected expected[] = {
-      {Algorithm::kFixedWindow, 10, 20, 20, 50, 20},  {Algorithm::kSlidingLog, 10, 10, 20, 40, 10},
-      {Algorithm::kSlidingWindow, 10, 11, 20, 41, 11}, {Algorithm::kTokenBucket, 10, 11, 29, 50, 19},
-      {Algorithm::kGcra, 10, 11, 29, 50, 19},          {Algorithm::kLeakyBucket, 10, 11, 29, 50, 19},
+      {Algorithm::kFixedWindow, 10, 20, 20, 50, 20},
+      {Algorithm::kSlidingLog, 10, 10, 20, 40, 10},
+      {Algorithm::kSlidingWindow, 10, 11, 20, 41, 11},
+      {Algorithm::kTokenBucket, 10, 11, 29, 50, 19},
+      {Algorithm::kGcra, 10, 11, 29, 50, 19},
+      {Algorithm::kLeakyBucket, 10, 11, 29, 50, 19},
   };
   for (const Expected& e : expected) {
     SCOPED_TRACE(std::string(AlgorithmName(e.algorithm)));

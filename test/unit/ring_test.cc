@@ -1,11 +1,11 @@
+#include "protocol/ring.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "protocol/ring.h"
 
 namespace limiter {
 namespace {

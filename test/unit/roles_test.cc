@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "protocol/handshake.h"
-#include "protocol/request_builder.h"
+#include "common/member_list.h"
 #include "protocol/auth.h"
 #include "protocol/frame_codec.h"
+#include "protocol/handshake.h"
 #include "protocol/key_id.h"
-#include "common/member_list.h"
-#include "protocol/rules.h"
+#include "protocol/request_builder.h"
 #include "protocol/ring.h"
+#include "protocol/rules.h"
 #include "protocol/state_transfer.h"
 #include "protocol/wire.h"
 #include "server/config.h"
@@ -126,11 +126,11 @@ class Roles : public ::testing::Test {
     ExportState(state, clock_.NowMs(), fields);
     const KeyId id = protocol::LimitId(login, key, {});
     flatbuffers::FlatBufferBuilder fbb;
-    const auto record =
-        wire::CreateKeyRecord(fbb, id.lo, id.hi, 0, fbb.CreateVector(fields), 0, 0);
+    const auto record = wire::CreateKeyRecord(fbb, id.lo, id.hi, 0, fbb.CreateVector(fields), 0, 0);
     const auto keys = fbb.CreateVector(std::vector{record});
-    const auto h = wire::CreateHandoff(fbb, fbb.CreateString(from), 2, node_->policy_table().digest(),
-                                       KeyIdSeedDigest(), clock_.NowMs(), keys, 0, done);
+    const auto h =
+        wire::CreateHandoff(fbb, fbb.CreateString(from), 2, node_->policy_table().digest(),
+                            KeyIdSeedDigest(), clock_.NowMs(), keys, 0, done);
     const auto body = FinishPeerRequest(fbb, wire::OpType::Handoff, wire::CreatePeer(fbb, 0, 0, h));
     return {body.begin(), body.end()};
   }
@@ -140,8 +140,7 @@ class Roles : public ::testing::Test {
     RequestBuilder b;
     b.Check(9, "login", key);
     const wire::Reply& r = Send(g, b.Finish());
-    return r.ops() && r.ops()->Get(0)->status() == wire::Status::Ok &&
-           r.ops()->Get(0)->allowed();
+    return r.ops() && r.ops()->Get(0)->status() == wire::Status::Ok && r.ops()->Get(0)->allowed();
   }
   int64_t Stat(const std::string& name) { return node_.Stat(name); }
   // A login key this node owns under `list`, never owned by b:1 under kTwo when `not_b`.
@@ -294,7 +293,8 @@ TEST_F(Roles, TheAdminTokenIsThePeerSecretsOnly) {
   EXPECT_TRUE(node_->authenticator().AdminTokenValid(auth::AdminToken(kNextPeer)));
   EXPECT_FALSE(node_->authenticator().AdminTokenValid(auth::AdminToken(kGateway)));
   EXPECT_FALSE(node_->authenticator().AdminTokenValid(""));
-  EXPECT_FALSE(node_->authenticator().AdminTokenValid(kPeer));  // the secret itself is not the token
+  EXPECT_FALSE(
+      node_->authenticator().AdminTokenValid(kPeer));  // the secret itself is not the token
   EXPECT_NE(auth::AdminToken(kPeer), auth::AdminToken(kNextPeer));
   EXPECT_EQ(auth::AdminToken(kPeer).size(), 64u);
 }

@@ -104,15 +104,16 @@ TEST(AllocateShares, PropertySumsQuantaAndFairness) {
     const int64_t floor_fit = everyone ? std::min(floor, limit / static_cast<int64_t>(n)) : 0;
     for (size_t r = 0; r < n; ++r) {
       // Below one quantum in all, the one region that has it all holds less.
-      ASSERT_TRUE(s[r] == 0 || s[r] >= quantum || s[r] == limit) << "seed " << seed << " run " << run;
+      ASSERT_TRUE(s[r] == 0 || s[r] >= quantum || s[r] == limit)
+          << "seed " << seed << " run " << run;
       if (!everyone) continue;
       const int64_t want = std::max({demands[r], floor_fit, quantum});
       if (s[r] >= want) continue;
       for (size_t o = 0; o < n; ++o) {
         const int64_t want_o = std::max({demands[o], floor_fit, quantum});
         ASSERT_TRUE(s[o] <= s[r] + 1 || s[o] <= want_o)
-            << "seed " << seed << " run " << run << ": region " << r << " has " << s[r]
-            << " of " << want << " wanted while " << o << " has " << s[o] << " of " << want_o;
+            << "seed " << seed << " run " << run << ": region " << r << " has " << s[r] << " of "
+            << want << " wanted while " << o << " has " << s[o] << " of " << want_o;
       }
     }
   }

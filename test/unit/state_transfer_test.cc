@@ -2,14 +2,14 @@
 // clock and written on another decides the same from then on (bucket algorithms and the log,
 // whose times shift exactly), or keeps its window's count (the window algorithms, whose
 // windows are aligned to each node's own clock).
+#include "protocol/state_transfer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
-
-#include "protocol/state_transfer.h"
 
 namespace limiter {
 namespace {
@@ -80,7 +80,8 @@ TEST(StateTransfer, AnOpenFixedWindowCarriesItsCountIntoTheReceiversWindow) {
   std::vector<int64_t> fields;
   ExportState(sender, 10'950, fields);
   // The receiver's window has just begun: its count is the sender's, so one more, not five.
-  Result<std::optional<KeyLimiter>> moved = ImportState(Algorithm::kFixedWindow, rate, fields, 3'000);
+  Result<std::optional<KeyLimiter>> moved =
+      ImportState(Algorithm::kFixedWindow, rate, fields, 3'000);
   ASSERT_TRUE(moved.ok() && moved->has_value());
   KeyLimiter receiver = std::move(**moved);
   EXPECT_TRUE(receiver.Decide(rate, 3'000, 1).allowed);

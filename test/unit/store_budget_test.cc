@@ -105,7 +105,8 @@ policies:
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 300}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract}
   - {name: c, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   Result<std::vector<KeyBudget>> plan = Store::PlanBudgets(p, 1001);
   ASSERT_TRUE(plan.ok()) << plan.error();
   ASSERT_EQ(plan->size(), 3u);
@@ -124,7 +125,8 @@ policies:
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 1500}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 600}
   - {name: c, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   Result<std::vector<KeyBudget>> plan = Store::PlanBudgets(p, 2000);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.error(),
@@ -161,7 +163,8 @@ policies:
   - {name: capped, algorithm: gcra, limit: 1, window: 1s, class: contract, max_keys: 20}
   - {name: a, algorithm: gcra, limit: 1, window: 1s, class: contract}
   - {name: b, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   StoreDriver d(p, 100);  // capped: 20; a and b: 20 each; 40 nobody's
   const int a = d.Index("a");
   const int b = d.Index("b");
@@ -211,7 +214,8 @@ TEST(StoreBudget, ConcurrentInsertsAndErasesOnTwoPoliciesKeepTheCountsExact) {
 policies:
   - {name: bucket, algorithm: token_bucket, limit: 1, window: 1h, class: contract}
   - {name: log, algorithm: sliding_log, limit: 40, window: 1h, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   // Tight enough that both policies run past their reserves into refusals.
   StoreDriver d(p, 1500, 4);
   const uint64_t seed = testing::TestSeed();
@@ -264,7 +268,8 @@ TEST(StoreBudget, ASlidingLogCountsItsMemoryAsItGrowsAndShrinks) {
   const PolicySet p = testing::Policies(R"(
 policies:
   - {name: log, algorithm: sliding_log, limit: 100, window: 1s, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   StoreDriver d(p, 10'000);
   const int log = 0;
   EXPECT_EQ(Store::LogUnits(0), Store::LogUnits(SlidingLog::Entries::kMinCapacity));
@@ -297,7 +302,8 @@ TEST(StoreBudget, ASweepWithAShareLooksAtThatShareOfEachTable) {
   const PolicySet p = testing::Policies(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1s, class: billing}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   StoreDriver d(p, 100'000, /*stripes=*/1);
   for (int i = 0; i < 4000; ++i) ASSERT_TRUE(d.Charge(0, "k" + std::to_string(i), 1000));
   // A second later every key is fresh again.
@@ -327,10 +333,10 @@ TEST(StoreBudget, ALogHoldsAtMostMinOfLAndWEntriesAndItsBufferAtMostTheNextPower
   // Bound by L (each check a millisecond of its own), then by W (every millisecond taken).
   for (const Case& c :
        {Case{"limit: 50, window: 1s", 2, 1}, Case{"limit: 5000, window: 300ms", 2, 0}}) {
-    const PolicySet p = testing::Policies(
-        std::string("policies:\n  - {name: log, algorithm: sliding_log, ") + c.rate +
-            ", class: contract}\n",
-        "budget.yaml");
+    const PolicySet p =
+        testing::Policies(std::string("policies:\n  - {name: log, algorithm: sliding_log, ") +
+                              c.rate + ", class: contract}\n",
+                          "budget.yaml");
     StoreDriver d(p, 1'000'000);
     const int64_t most = SlidingLog::MaxEntries(p.policies()[0].rate);
     size_t bound = SlidingLog::Entries::kMinCapacity;
@@ -355,7 +361,8 @@ TEST(StoreBudget, ALogsGrowthIsRefusedAtItsPolicysCapAndChargesNothing) {
 policies:
   - {name: log, algorithm: sliding_log, limit: 100, window: 1s, class: contract, max_keys: 8}
   - {name: other, algorithm: gcra, limit: 1, window: 1s, class: contract}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   StoreDriver d(p, 100);
   static_assert(sizeof(SlidingLog::State) == 48, "the unit counts below assume it");
   ASSERT_EQ(Store::LogUnits(2), 4);  // 1 + ceil((48 + 2 * 16) / 32)
@@ -393,7 +400,8 @@ policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing}
   - {name: login, algorithm: fixed_window, limit: 5, window: 1m, class: security}
   - {name: vip, algorithm: sliding_log, limit: 10, window: 1m, class: contract, max_keys: 40}
-)", "budget.yaml");
+)",
+                                        "budget.yaml");
   NodeOptions options;
   options.store.max_keys = 240;  // vip: 40; cheap and login: 50 each; 100 nobody's
   options.store.stripes = 4;
@@ -488,7 +496,8 @@ TEST(StoreBudget, ARefusedNewKeyScansAStripeAtMostOncePerBackoff) {
   SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 20}
-)", 20, 1);
+)",
+              20, 1);
   ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   // Full, and nothing has expired: one pass, then none for 1000 more new keys.
   for (int i = 0; i < 1000; ++i) {
@@ -512,7 +521,8 @@ TEST(StoreBudget, FruitlessReclaimPassesBackOffExponentiallyAndAReclaimResetsIt)
   SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
-)", 20, 1);
+)",
+              20, 1);
   ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   int64_t passes = 0;
   int fresh = 0;
@@ -548,7 +558,8 @@ TEST(StoreBudget, APassThatFreesNoRoomForTheRefusedPolicyStillBacksOff) {
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 20}
   - {name: busy, algorithm: gcra, limit: 100, window: 1s, class: billing}
-)", 1000, 1);
+)",
+              1000, 1);
   ASSERT_NO_FATAL_FAILURE(n.Fill(20));
   auto busy_keys = [&](const std::string& prefix) {
     for (int i = 0; i < 30; ++i) {
@@ -574,7 +585,8 @@ TEST(StoreBudget, StripesPassedTogetherComeDueApart) {
   SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 1, window: 1h, class: billing, max_keys: 640}
-)", 640, 64);
+)",
+              640, 64);
   ASSERT_NO_FATAL_FAILURE(n.Fill(640));
   auto frame_of_new_keys = [&](const std::string& prefix) {
     RequestBuilder b;
@@ -605,7 +617,8 @@ TEST(StoreBudget, WorkersReclaimingAtTheBoundTogetherKeepTheCountsExact) {
   SmallNode n(R"(
 policies:
   - {name: cheap, algorithm: gcra, limit: 100, window: 1s, class: billing, max_keys: 200}
-)", 1000, 8);
+)",
+              1000, 8);
   std::vector<testing::NodeHarness::Caller> callers;
   for (int t = 0; t < 8; ++t) callers.push_back(n.harness.NewCaller());
   std::atomic<int64_t> admitted{0};

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "common/trace.h"
+
+#include <gtest/gtest.h>
 
 namespace limiter {
 namespace {

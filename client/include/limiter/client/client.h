@@ -75,13 +75,13 @@ struct Decision {
   // The policy that decided (the denying one when denied); points into the client's policy
   // set, valid for as long as the Client.
   std::string_view policy;
-  int64_t limit = 0;        // its L
-  int64_t window_ms = 0;    // its W
-  int64_t remaining = 0;    // units left, as far as this gateway knows
+  int64_t limit = 0;      // its L
+  int64_t window_ms = 0;  // its W
+  int64_t remaining = 0;  // units left, as far as this gateway knows
   std::chrono::milliseconds retry_after{0};
   std::chrono::milliseconds reset{0};
   Source source = Source::kStore;
-  std::string error;        // a bad request (unknown policy, missing tenant...): denied
+  std::string error;  // a bad request (unknown policy, missing tenant...): denied
   Permit permit;
 };
 
@@ -144,7 +144,7 @@ struct Counters {
   uint64_t store_errors = 0;           // deadline misses and connection failures
   uint64_t deadline_misses = 0;
   uint64_t wrong_owner = 0;
-  uint64_t split_redirects = 0;        // a key's owner said it is split (hot keys)
+  uint64_t split_redirects = 0;  // a key's owner said it is split (hot keys)
   // A sub-bucket said this gateway's view of its split is out of date (the key merged or
   // split again, a lapsed token, a refusal): the view was refreshed from the owner and the
   // request tried once more within its deadline.
@@ -167,8 +167,8 @@ struct Counters {
   // Leases answered after their deadline (the requests had fallen back): their units were
   // charged at the owner, so they were kept for the requests that came next.
   uint64_t late_grants_kept = 0;
-  uint64_t nodes_down = 0;             // nodes marked down right now
-  uint64_t rings_adopted = 0;          // newer member lists adopted (from nodes or DNS)
+  uint64_t nodes_down = 0;     // nodes marked down right now
+  uint64_t rings_adopted = 0;  // newer member lists adopted (from nodes or DNS)
   // Memory: local buckets and fallback limiters held now. Idle ones are dropped as new keys
   // come, so these follow the keys in use rather than every key ever seen.
   uint64_t local_buckets = 0;
